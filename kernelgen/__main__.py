@@ -1,0 +1,5 @@
+"""``python -m kernelgen`` runs the CLI."""
+
+from kernelgen.cli import run
+
+run()

@@ -1,0 +1,164 @@
+"""The C++/OpenMP backend: compile rendered C++ with the host compiler, load it with ctypes, launch it.
+
+Every rendered source defines ``extern "C" void <entry>(void* const* ptrs, int64_t num_threads)``:
+``ptrs`` holds the data pointers of the inputs then the outputs; ``num_threads`` is the OpenMP thread
+count (fixed and recorded by the tuner). Objects are cached on disk under a key of source text, flags
+and compiler version, written atomically, so concurrent processes can compile the same kernel safely.
+
+Why compile and link separately: gcc links ``crtfastmath.o`` into a shared library linked with
+``-ffast-math``, and loading it turns on flush-to-zero for the whole process, silently changing torch's
+numerics. We compile with ``-ffast-math`` (needed to vectorise erf/tanh/exp) and link without it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from kernelgen.backends.base import Backend, Kernel
+from kernelgen.errors import CompileError, InputMismatchError, ToolchainUnavailableError
+from kernelgen.paths import atomic_write_text, cache_dir
+from kernelgen.target import Target, host_compiler_version
+from kernelgen.values import Source, TensorSpec
+
+_CACHE_VERSION = "1"  # bump when the compile or link recipe changes
+
+
+def compiler() -> str:
+    return os.environ.get("CXX", "g++")
+
+
+@functools.lru_cache(maxsize=None)
+def compile_flags() -> tuple[str, ...]:
+    """Flags for the host CPU. ``-mprefer-vector-width=512`` only where AVX-512 exists."""
+    flags = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-std=c++17", "-fno-plt"]
+    if "avx512f" in Target.current("cpp").features:
+        flags.append("-mprefer-vector-width=512")
+    return tuple(flags)
+
+
+LINK_FLAGS = ("-shared", "-fopenmp")  # no -ffast-math: see the module docstring
+
+
+def default_threads() -> int:
+    env = os.environ.get("OMP_NUM_THREADS")
+    if env and env.isdigit() and int(env) > 0:
+        return int(env)
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+def build_shared_library(text: str, extra_flags: tuple[str, ...] = (), name: str = "kernel") -> Path:
+    """Compile C++ ``text`` into a cached shared library and return its path.
+
+    Raises ``ToolchainUnavailableError`` when there is no compiler and ``CompileError`` (with the path of
+    the source and the first compiler error) when compilation fails.
+    """
+    cxx = shutil.which(compiler())
+    if cxx is None:
+        raise ToolchainUnavailableError(f"C++ compiler {compiler()!r} not found; install g++ "
+                                        "(apt-get install g++) or set CXX")
+    flags = compile_flags() + tuple(extra_flags)
+    key = hashlib.sha256(json.dumps([_CACHE_VERSION, text, flags, LINK_FLAGS,
+                                     host_compiler_version(compiler())]).encode()).hexdigest()[:32]
+    folder = cache_dir() / "cpp" / key[:2] / key
+    library = folder / f"{name}.so"
+    if library.exists():
+        return library
+    folder.mkdir(parents=True, exist_ok=True)
+    source_path = folder / f"{name}.cpp"
+    atomic_write_text(source_path, text)
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".build-") as tmp:
+        obj, tmp_lib = Path(tmp) / "kernel.o", Path(tmp) / f"{name}.so"
+        for cmd in ([cxx, *flags, "-c", str(source_path), "-o", str(obj)],
+                    [cxx, *LINK_FLAGS, str(obj), "-o", str(tmp_lib)]):
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                first = next((line for line in proc.stderr.splitlines() if "error" in line), proc.stderr.strip()[:300])
+                raise CompileError(f"{Path(cmd[0]).name} failed on {source_path}: {first}")
+        os.replace(tmp_lib, library)  # atomic: a concurrent loader sees the whole library or none
+    return library
+
+
+class CppKernel(Kernel):
+    """A loaded shared library entry point plus the tensor specs it was specialised for."""
+
+    def __init__(self, source: Source, library: Path, specs: tuple[TensorSpec, ...] | None) -> None:
+        self.source = source
+        self.library_path = library
+        self._lib = ctypes.CDLL(str(library))
+        self._fn = getattr(self._lib, source.entry)
+        self._fn.argtypes = (ctypes.POINTER(ctypes.c_void_p), ctypes.c_int64)
+        self._fn.restype = None
+        self.specs = specs
+        self.num_threads = default_threads()
+        self._ptr_array = ctypes.c_void_p * (len(specs) if specs else 0)
+
+    def check(self, tensors: tuple[Any, ...]) -> None:
+        """Raise ``InputMismatchError`` unless ``tensors`` match the specs this kernel was built for."""
+        if self.specs is None:
+            return
+        if len(tensors) != len(self.specs):
+            raise InputMismatchError(f"kernel {self.source.entry} takes {len(self.specs)} tensors "
+                                     f"(inputs then outputs), got {len(tensors)}")
+        for i, (t, spec) in enumerate(zip(tensors, self.specs)):
+            actual = TensorSpec.of(t) if hasattr(t, "stride") else None
+            if actual is None or t.device.type != "cpu":
+                raise InputMismatchError(f"argument {i} must be a CPU torch tensor for the C++ backend")
+            if actual != spec:
+                raise InputMismatchError(f"argument {i} is {actual.dtype}{list(actual.shape)} strides "
+                                         f"{list(actual.effective_strides())}; the kernel was built for "
+                                         f"{spec.dtype}{list(spec.shape)} strides {list(spec.effective_strides())}")
+
+    def launch(self, *tensors: Any) -> None:
+        """Launch without checks (the dispatcher checks once per signature)."""
+        ptrs = self._ptr_array(*[t.data_ptr() for t in tensors]) if self.specs else \
+            (ctypes.c_void_p * len(tensors))(*[t.data_ptr() for t in tensors])
+        self._fn(ptrs, self.num_threads)
+
+    def __call__(self, *tensors: Any) -> None:
+        self.check(tensors)
+        self.launch(*tensors)
+
+
+class CppBackend(Backend):
+    """Host C++ compiler + OpenMP; runs at full speed on this machine."""
+
+    name = "cpp"
+    language = "cpp"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kernels: dict[str, CppKernel] = {}
+
+    def is_available(self) -> bool:
+        return shutil.which(compiler()) is not None
+
+    def unavailable_reason(self) -> str:
+        return "" if self.is_available() else f"{compiler()} not found: apt-get install g++ (or set CXX)"
+
+    def target(self) -> Target:
+        return Target.current("cpp")
+
+    def compile(self, source: Source) -> CppKernel:
+        if source.language != "cpp":
+            raise CompileError(f"the C++ backend cannot compile {source.language!r} source {source.entry}")
+        with self._lock:
+            cached = self._kernels.get(source.hash)
+        if cached is not None:
+            return cached
+        library = build_shared_library(source.text, source.options)
+        signature = source.meta.get("signature")
+        specs = tuple(TensorSpec.from_json(s) for s in json.loads(signature)) if signature else None
+        kernel = CppKernel(source, library, specs)
+        with self._lock:
+            self._kernels[source.hash] = kernel
+        return kernel

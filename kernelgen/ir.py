@@ -1,0 +1,301 @@
+"""kernelgen's IR: a small, frozen dataflow ``Graph`` of primitive ``Node``s, traced from plain PyTorch.
+
+``trace(fn, *inputs)`` runs ``torch.fx.symbolic_trace`` and lowers every fx node to the primitive ops in
+``OPS``. Composite ops are decomposed at trace time (mean, var, softmax, log_softmax, logsumexp,
+layer_norm, linear, addmm), so templates see few ops and match by structure, not by name.
+
+Conventions every template and renderer relies on:
+- Nodes are in topological order; ``Node.inputs`` index earlier nodes. ``input`` nodes come first, in
+  argument order. Equal nodes are merged (CSE), so a value used twice is one node.
+- Elementwise ops broadcast their inputs numpy-style to ``node.spec.shape``.
+- Reductions (``sum``, ``max``, ``min``) run over the last dimension and keep it (size 1).
+- Arithmetic of float16/bfloat16/float32 values is done in float32; only stored outputs and ``cast``
+  nodes round to the node's dtype. ``const`` nodes are scalars of shape ``()``.
+- The structural hash depends on ops, attributes, specs and wiring only: never on Python names.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kernelgen.errors import TraceError, UnsupportedOpError
+from kernelgen.values import TensorSpec, content_hash
+
+UNARY_OPS = frozenset({
+    "neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "relu", "silu", "gelu",
+    "reciprocal", "cast",
+})
+BINARY_OPS = frozenset({
+    "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
+    "logical_and", "logical_or",
+})
+ELEMENTWISE_OPS = UNARY_OPS | BINARY_OPS | {"where", "const"}
+REDUCTION_OPS = frozenset({"sum", "max", "min"})
+VIEW_OPS = frozenset({"reshape", "transpose"})  # reshape only adds/drops size-1 dims; transpose swaps the last two
+OPS = ELEMENTWISE_OPS | REDUCTION_OPS | VIEW_OPS | {"input", "matmul", "attention", "custom_call"}
+"""Every op a Graph may hold. Attributes: input(index), const(value), gelu(approximate: "none"|"tanh"),
+reduction ops (none: last dim, keepdim), attention(causal, scale), custom_call(name)."""
+
+
+@dataclass(frozen=True)
+class Node:
+    """One value: the op that makes it, the nodes it reads, its attributes and its tensor spec."""
+
+    op: str
+    inputs: tuple[int, ...]
+    attrs: tuple[tuple[str, Any], ...]
+    spec: TensorSpec
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        for key, value in self.attrs:
+            if key == name:
+                return value
+        return default
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self.op, "inputs": list(self.inputs), "attrs": {k: v for k, v in self.attrs},
+                "spec": self.spec.to_json()}
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A traced subgraph: nodes in topological order and the indices of its outputs."""
+
+    nodes: tuple[Node, ...]
+    outputs: tuple[int, ...]
+
+    @property
+    def input_ids(self) -> tuple[int, ...]:
+        return tuple(i for i, n in enumerate(self.nodes) if n.op == "input")
+
+    @property
+    def signature(self) -> tuple[TensorSpec, ...]:
+        """The inputs' specs, in argument order: the problem signature."""
+        return tuple(self.nodes[i].spec for i in self.input_ids)
+
+    @property
+    def output_specs(self) -> tuple[TensorSpec, ...]:
+        return tuple(self.nodes[i].spec for i in self.outputs)
+
+    def users(self) -> dict[int, list[int]]:
+        users: dict[int, list[int]] = {i: [] for i in range(len(self.nodes))}
+        for i, node in enumerate(self.nodes):
+            for j in node.inputs:
+                users[j].append(i)
+        return users
+
+    def ops(self) -> set[str]:
+        return {n.op for n in self.nodes}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"nodes": [n.to_json() for n in self.nodes], "outputs": list(self.outputs)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Graph":
+        nodes = tuple(Node(n["op"], tuple(n["inputs"]), tuple(sorted(n["attrs"].items())),
+                           TensorSpec.from_json(n["spec"])) for n in data["nodes"])
+        return cls(nodes, tuple(data["outputs"]))
+
+    @property
+    def workload_key(self) -> str:
+        """Structural hash of the graph and its problem signature (shapes, dtypes, strides)."""
+        return content_hash(self.to_json(), 24)
+
+    @property
+    def family_key(self) -> str:
+        """Structural hash with shapes abstracted to ranks: graphs that differ only in sizes share it."""
+        abstract = self.to_json()
+        for node in abstract["nodes"]:
+            node["spec"] = {"rank": len(node["spec"]["shape"]), "dtype": node["spec"]["dtype"]}
+            if node["op"] in ("const", "attention"):
+                node["attrs"] = {k: v for k, v in node["attrs"].items() if k not in ("value", "scale")} | (
+                    {"value": node["attrs"]["value"]} if node["op"] == "const" else {})
+        return content_hash(abstract, 24)
+
+    def __str__(self) -> str:
+        lines = []
+        for i, n in enumerate(self.nodes):
+            attrs = ", ".join(f"{k}={v!r}" for k, v in n.attrs)
+            args = ", ".join(f"%{j}" for j in n.inputs)
+            lines.append(f"%{i} = {n.op}({args}{', ' if args and attrs else ''}{attrs}) : "
+                         f"{n.spec.dtype}{list(n.spec.shape)}")
+        lines.append("return " + ", ".join(f"%{i}" for i in self.outputs))
+        return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------- shapes
+
+def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
+    rank = max((len(s) for s in shapes), default=0)
+    out = []
+    for axis in range(rank):
+        sizes = {s[axis - rank + len(s)] for s in shapes if axis - rank + len(s) >= 0}
+        sizes.discard(1)
+        if len(sizes) > 1:
+            raise TraceError(f"shapes {[list(s) for s in shapes]} do not broadcast")
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
+_FLOAT_RANK = {"bool": 0, "uint8": 1, "int8": 1, "int16": 2, "int32": 3, "int64": 4,
+               "float16": 5, "bfloat16": 5, "float32": 6, "float64": 7}
+
+
+def _is_float(dtype: str) -> bool:
+    return dtype.startswith("float") or dtype == "bfloat16"
+
+
+# ---------------------------------------------------------------------------------------------- builder
+
+class _Builder:
+    """Appends nodes with common-subexpression elimination, so equal values become one node."""
+
+    def __init__(self) -> None:
+        self.nodes: list[Node] = []
+        self._index: dict[Node, int] = {}
+
+    def add(self, op: str, inputs: Sequence[int], spec: TensorSpec, **attrs: Any) -> int:
+        node = Node(op, tuple(inputs), tuple(sorted(attrs.items())), spec)
+        if op != "input" and node in self._index:
+            return self._index[node]
+        self.nodes.append(node)
+        self._index[node] = len(self.nodes) - 1
+        return len(self.nodes) - 1
+
+    def spec(self, i: int) -> TensorSpec:
+        return self.nodes[i].spec
+
+    def const(self, value: float | int | bool, dtype: str) -> int:
+        if isinstance(value, float) and not math.isfinite(value):
+            value = "inf" if value > 0 else ("-inf" if value < 0 else "nan")  # JSON has no inf/nan
+        return self.add("const", (), TensorSpec((), dtype), value=value)
+
+    def elementwise(self, op: str, inputs: Sequence[int], dtype: str | None = None, **attrs: Any) -> int:
+        specs = [self.spec(i) for i in inputs]
+        shape = broadcast_shapes(*(s.shape for s in specs))
+        if dtype is None:
+            if op in ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or"):
+                dtype = "bool"
+            else:
+                dtype = max((s.dtype for s in specs if not (op == "where" and s is specs[0])),
+                            key=lambda d: _FLOAT_RANK[d])
+        return self.add(op, inputs, TensorSpec(shape, dtype), **attrs)
+
+    def reduce(self, op: str, x: int) -> int:
+        spec = self.spec(x)
+        if spec.rank == 0:
+            raise UnsupportedOpError(f"reduction {op} of a scalar; reduce a tensor over its last dimension")
+        return self.add(op, (x,), TensorSpec(spec.shape[:-1] + (1,), spec.dtype))
+
+    def scalar_or_node(self, value: Any, like: int) -> int:
+        if isinstance(value, _NodeRef):
+            return int(value)
+        dtype = self.spec(like).dtype
+        if isinstance(value, float) and not _is_float(dtype):
+            dtype = "float32"
+        return self.const(value, dtype)
+
+
+class _NodeRef(int):
+    """An fx value lowered to node index ``int(self)``; distinguishes node ids from Python scalars."""
+
+
+# ------------------------------------------------------------------------------------------------ trace
+
+def trace(fn: Callable[..., Any], *example_inputs: Any) -> Graph:
+    """Trace ``fn`` into a ``Graph``. Inputs are torch tensors or ``TensorSpec``s (nothing is computed).
+
+    Raises ``UnsupportedOpError`` naming the op and where it is when ``fn`` uses an op kernelgen cannot
+    lower, and ``TraceError`` when fn cannot be traced symbolically (for example data-dependent control
+    flow).
+    """
+    import torch
+    import torch.fx
+
+    from kernelgen import lowering
+
+    specs = [s if isinstance(s, TensorSpec) else TensorSpec.of(s) for s in example_inputs]
+    try:
+        gm = torch.fx.symbolic_trace(fn)
+    except Exception as exc:  # fx raises many types; they all mean "not traceable"
+        raise TraceError(f"cannot trace {getattr(fn, '__name__', fn)!r} with torch.fx: {exc}; "
+                         "remove data-dependent control flow from the function") from exc
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(specs):
+        raise TraceError(f"{getattr(fn, '__name__', fn)!r} takes {len(placeholders)} tensors but "
+                         f"{len(specs)} example inputs were given")
+    _propagate_meta(gm, specs)
+    builder = _Builder()
+    env: dict[Any, Any] = {}
+    outputs: tuple[int, ...] = ()
+    for index, (node, spec) in enumerate(zip(placeholders, specs)):
+        env[node] = _NodeRef(builder.add("input", (), spec, index=index))
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            continue
+        if node.op == "output":
+            result = node.args[0]
+            flat = result if isinstance(result, (tuple, list)) else (result,)
+            outs = []
+            for item in flat:
+                value = env.get(item)
+                if not isinstance(value, _NodeRef):
+                    raise TraceError("the function must return tensors computed from its inputs")
+                outs.append(int(value))
+            outputs = tuple(outs)
+            continue
+        where = f"{node.name} = {getattr(node.target, '__name__', node.target)}(...)"
+        args = torch.fx.node.map_arg(node.args, lambda a: env[a])
+        kwargs = torch.fx.node.map_arg(node.kwargs, lambda a: env[a])
+        meta = node.meta.get("kernelgen_spec")
+        env[node] = lowering.lower(builder, node.op, node.target, args, kwargs, meta, where)
+    return _prune(Graph(tuple(builder.nodes), outputs))
+
+
+def _propagate_meta(gm: Any, specs: Sequence[TensorSpec]) -> None:
+    """Record each fx node's output spec (``node.meta['kernelgen_spec']``) by running it on meta tensors."""
+    import torch
+    import torch.fx
+
+    def make(spec: TensorSpec, device: str) -> Any:
+        dtype = getattr(torch, spec.dtype)
+        return torch.empty_strided(spec.shape, spec.effective_strides(), dtype=dtype, device=device)
+
+    class _Recorder(torch.fx.Interpreter):
+        def run_node(self, n: Any) -> Any:
+            result = super().run_node(n)
+            if isinstance(result, torch.Tensor):
+                n.meta["kernelgen_spec"] = TensorSpec(tuple(result.shape), str(result.dtype).removeprefix("torch."))
+            return result
+
+    last_error: Exception | None = None
+    for device in ("meta", "cpu"):
+        try:
+            with torch.no_grad():
+                _Recorder(gm).run(*[make(s, device) for s in specs])
+            return
+        except Exception as exc:  # some ops have no meta kernel; retry on (uninitialised) CPU tensors
+            last_error = exc
+    raise TraceError(f"running the function on inputs {[s.to_json() for s in specs]} failed: {last_error}; "
+                     "check that the example shapes and dtypes fit the function")
+
+
+def _prune(graph: Graph) -> Graph:
+    """Drop nodes no output depends on (inputs are always kept) and renumber."""
+    live = set(graph.outputs) | set(graph.input_ids)
+    for i in range(len(graph.nodes) - 1, -1, -1):
+        if i in live:
+            live.update(graph.nodes[i].inputs)
+    remap: dict[int, int] = {}
+    nodes = []
+    for i, node in enumerate(graph.nodes):
+        if i in live:
+            remap[i] = len(nodes)
+            nodes.append(Node(node.op, tuple(remap[j] for j in node.inputs), node.attrs, node.spec))
+    return Graph(tuple(nodes), tuple(remap[i] for i in graph.outputs))
+
+
+__all__ = ["Graph", "Node", "OPS", "ELEMENTWISE_OPS", "REDUCTION_OPS", "broadcast_shapes", "trace"]

@@ -1,0 +1,439 @@
+"""Lowering of torch.fx nodes to kernelgen's primitive ops, one small handler per PyTorch op.
+
+Composite ops are written out here as primitives (softmax = exp(x - max) / sum(...)), so that the
+templates only ever see elementwise ops, last-dim reductions, matmul and attention.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable
+from typing import Any
+
+from kernelgen.errors import UnsupportedOpError
+from kernelgen.values import TensorSpec
+
+Handler = Callable[..., Any]
+_HANDLERS: dict[str, Handler] = {}
+
+
+def _handles(*names: str) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        for name in names:
+            _HANDLERS[name] = fn
+        return fn
+
+    return register
+
+
+def _canonical_name(kind: str, target: Any) -> str:
+    """'add', 'softmax', 'gelu', ... for a call_function target or a call_method name."""
+    if kind == "call_method":
+        return str(target)
+    if kind == "call_function":
+        if target is operator.getitem:
+            return "getitem"
+        special = {operator.add: "add", operator.sub: "sub", operator.mul: "mul", operator.truediv: "div",
+                   operator.neg: "neg", operator.pow: "pow", operator.matmul: "matmul", operator.gt: "gt",
+                   operator.ge: "ge", operator.lt: "lt", operator.le: "le", operator.eq: "eq", operator.ne: "ne",
+                   operator.and_: "logical_and", operator.or_: "logical_or", abs: "abs",
+                   operator.abs: "abs", getattr: "getattr"}
+        if target in special:
+            return special[target]
+        if getattr(target, "_kernelgen_custom_call", False):  # set on kernelgen.custom_call
+            return "custom_call"
+        return getattr(target, "__name__", str(target))
+    raise UnsupportedOpError(f"fx node kind {kind!r} is not supported")
+
+
+def lower(b: Any, kind: str, target: Any, args: tuple, kwargs: dict, meta: TensorSpec | None, where: str) -> Any:
+    """Append the primitives for one fx node to builder ``b``; return its node ref (or a Python value)."""
+    from kernelgen.ir import _NodeRef
+
+    if kind == "get_attr":
+        raise UnsupportedOpError(f"module attribute {target!r} at {where}; pass tensors as function arguments")
+    name = _canonical_name(kind, target)
+    handler = _HANDLERS.get(name)
+    if handler is None:
+        raise UnsupportedOpError(f"unsupported op {name!r} at `{where}`; supported: {', '.join(sorted(_HANDLERS))}")
+    result = handler(b, args, kwargs, meta, where)
+    if isinstance(result, int) and not isinstance(result, _NodeRef) and not isinstance(result, bool) \
+            and name not in ("size", "dim", "getattr"):
+        result = _NodeRef(result)
+    return result
+
+
+def _ref(x: Any) -> Any:
+    from kernelgen.ir import _NodeRef
+
+    return _NodeRef(x)
+
+
+def _is_node(x: Any) -> bool:
+    from kernelgen.ir import _NodeRef
+
+    return isinstance(x, _NodeRef)
+
+
+def _arg(args: tuple, kwargs: dict, index: int, name: str, default: Any = None) -> Any:
+    if len(args) > index:
+        return args[index]
+    return kwargs.get(name, default)
+
+
+def _operand(b: Any, value: Any, like: Any) -> int:
+    """A node id for a tensor operand or a Python scalar (as a const of the tensor's dtype)."""
+    if _is_node(value):
+        return int(value)
+    if isinstance(value, (bool, int, float)):
+        return b.scalar_or_node(value, like)
+    raise UnsupportedOpError(f"operand {value!r} of type {type(value).__name__} is not a tensor or a number")
+
+
+def _last_dim(b: Any, x: int, dim: Any, where: str) -> None:
+    rank = b.spec(x).rank
+    dims = dim if isinstance(dim, (tuple, list)) else (dim,)
+    if len(dims) != 1 or dims[0] not in (-1, rank - 1):
+        raise UnsupportedOpError(f"reduction over dim={dim} at `{where}`; only the last dimension (dim=-1) "
+                                 "is supported: transpose outside the compiled function")
+
+
+def _finish_reduction(b: Any, value: int, keepdim: bool) -> int:
+    if keepdim:
+        return value
+    spec = b.spec(value)
+    return b.add("reshape", (value,), TensorSpec(spec.shape[:-1], spec.dtype))
+
+
+# -------------------------------------------------------------------------------------- elementwise
+
+def _binary(op: str) -> Handler:
+    def handler(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+        x, y = _arg(args, kwargs, 0, "input"), _arg(args, kwargs, 1, "other")
+        if not _is_node(x) and not _is_node(y):
+            raise UnsupportedOpError(f"{op} of two Python numbers at `{where}`")
+        like = x if _is_node(x) else y
+        a, c = _operand(b, x, like), _operand(b, y, like)
+        alpha = kwargs.get("alpha", 1)
+        if op in ("add", "sub") and alpha != 1:
+            c = b.elementwise("mul", (c, b.scalar_or_node(alpha, c)))
+        dtype = meta.dtype if meta is not None else None
+        return b.elementwise(op, (a, c), dtype)
+
+    return handler
+
+
+for _op, _names in {
+    "add": ("add", "__add__", "__radd__"), "sub": ("sub", "subtract", "__sub__"), "mul": ("mul", "multiply"),
+    "div": ("div", "divide", "true_divide"), "pow": ("pow",), "maximum": ("maximum",), "minimum": ("minimum",),
+    "eq": ("eq",), "ne": ("ne",), "lt": ("lt",), "le": ("le",), "gt": ("gt",), "ge": ("ge",),
+    "logical_and": ("logical_and",), "logical_or": ("logical_or",),
+}.items():
+    _handles(*_names)(_binary(_op))
+
+
+@_handles("rsub")
+def _rsub(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    return _binary("sub")(b, (args[1], args[0]), {}, meta, where)
+
+
+def _unary(op: str, **attrs: Any) -> Handler:
+    def handler(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+        x = _arg(args, kwargs, 0, "input")
+        if not _is_node(x):
+            raise UnsupportedOpError(f"{op} of a Python number at `{where}`")
+        dtype = meta.dtype if meta is not None else None
+        return b.elementwise(op, (int(x),), dtype, **attrs)
+
+    return handler
+
+
+for _op in ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "relu", "silu", "reciprocal"):
+    _handles(_op, f"{_op}_")(_unary(_op))
+_handles("negative")(_unary("neg"))
+_handles("special_erf")(_unary("erf"))
+
+
+@_handles("gelu")
+def _gelu(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    approximate = _arg(args, kwargs, 1, "approximate", "none")
+    if approximate not in ("none", "tanh"):
+        raise UnsupportedOpError(f"gelu(approximate={approximate!r}) at `{where}`; use 'none' or 'tanh'")
+    return _unary("gelu", approximate=approximate)(b, args[:1], {}, meta, where)
+
+
+@_handles("square")
+def _square(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    x = int(args[0])
+    return b.elementwise("mul", (x, x))
+
+
+@_handles("clamp", "clip")
+def _clamp(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    x = int(args[0])
+    lo, hi = _arg(args, kwargs, 1, "min"), _arg(args, kwargs, 2, "max")
+    if lo is not None:
+        x = b.elementwise("maximum", (x, _operand(b, lo, x)))
+    if hi is not None:
+        x = b.elementwise("minimum", (x, _operand(b, hi, x)))
+    return x
+
+
+@_handles("where")
+def _where(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    cond, x, y = (_arg(args, kwargs, i, n) for i, n in enumerate(("condition", "input", "other")))
+    if not _is_node(cond):
+        raise UnsupportedOpError(f"where() with a Python condition at `{where}`")
+    like = x if _is_node(x) else (y if _is_node(y) else cond)
+    dtype = meta.dtype if meta is not None else None
+    return b.elementwise("where", (int(cond), _operand(b, x, like), _operand(b, y, like)), dtype)
+
+
+def _cast_to(b: Any, x: int, dtype: str) -> int:
+    if b.spec(x).dtype == dtype:
+        return x
+    return b.elementwise("cast", (x,), dtype)
+
+
+@_handles("to", "type", "float", "half", "bfloat16", "double", "type_as")
+def _cast(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    if meta is None:
+        raise UnsupportedOpError(f"cannot tell the result dtype of `{where}`")
+    if kwargs.get("device") is not None or any(isinstance(a, str) for a in args[1:]):
+        raise UnsupportedOpError(f"device move at `{where}`; move tensors outside the compiled function")
+    return _cast_to(b, int(args[0]), meta.dtype)
+
+
+@_handles("contiguous", "clone", "detach")
+def _identity(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    return int(args[0])
+
+
+# ---------------------------------------------------------------------------------------- reductions
+
+def _reduction(kind: str) -> Handler:
+    def handler(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+        x = int(args[0])
+        dim = _arg(args, kwargs, 1, "dim", None)
+        if dim is None:
+            raise UnsupportedOpError(f"{kind} over all dimensions at `{where}`; reduce with dim=-1")
+        _last_dim(b, x, dim, where)
+        keepdim = bool(_arg(args, kwargs, 2, "keepdim", False))
+        n = b.spec(x).shape[-1]
+        if kind == "sum":
+            value = b.reduce("sum", x)
+        elif kind == "mean":
+            value = b.elementwise("mul", (b.reduce("sum", x), b.scalar_or_node(1.0 / n, x)))
+        elif kind in ("amax", "max"):
+            value = b.reduce("max", x)
+        elif kind in ("amin", "min"):
+            value = b.reduce("min", x)
+        elif kind == "logsumexp":
+            value = _logsumexp(b, x)
+        else:  # var, std
+            correction = kwargs.get("correction")
+            if correction is None:
+                unbiased = _arg(args, kwargs, 2, "unbiased", True) if "unbiased" in kwargs else True
+                correction = 1 if unbiased else 0
+            keepdim = bool(kwargs.get("keepdim", False))
+            value = _variance(b, x, correction)
+            if kind == "std":
+                value = b.elementwise("sqrt", (value,))
+        if meta is not None:
+            value = _cast_to(b, value, meta.dtype)
+        result = _finish_reduction(b, value, keepdim)
+        return (result, None) if kind in ("max", "min") else result
+
+    return handler
+
+
+for _kind in ("sum", "mean", "amax", "amin", "logsumexp", "var", "std"):
+    _handles(_kind)(_reduction(_kind))
+
+
+def _max_min(name: str, b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> Any:
+    other = _arg(args, kwargs, 1, "other")
+    if _is_node(other):  # torch.max(a, b) is elementwise
+        return _binary("maximum" if name == "max" else "minimum")(b, args, kwargs, meta, where)
+    if _arg(args, kwargs, 1, "dim") is None:
+        raise UnsupportedOpError(f"{name} over all dimensions at `{where}`; use amax(dim=-1)")
+    return _reduction(name)(b, args, kwargs, None, where)
+
+
+_handles("max")(lambda *a: _max_min("max", *a))
+_handles("min")(lambda *a: _max_min("min", *a))
+
+
+@_handles("getitem")
+def _getitem(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> Any:
+    container, index = args
+    if isinstance(container, tuple) and isinstance(index, int) and container[index] is not None:
+        return container[index]
+    raise UnsupportedOpError(f"indexing at `{where}`; only `.max(dim)[0]` / `.values` is supported")
+
+
+@_handles("getattr")
+def _getattr(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> Any:
+    obj, attr = args
+    if isinstance(obj, tuple) and attr == "values":
+        return obj[0]
+    if _is_node(obj) and attr in ("T", "mT"):
+        return _transpose_last(b, int(obj))
+    if _is_node(obj) and attr == "shape":
+        return b.spec(int(obj)).shape
+    raise UnsupportedOpError(f"attribute {attr!r} at `{where}`")
+
+
+def _logsumexp(b: Any, x: int) -> int:
+    m = b.reduce("max", x)
+    s = b.reduce("sum", b.elementwise("exp", (b.elementwise("sub", (x, m)),)))
+    return b.elementwise("add", (m, b.elementwise("log", (s,))))
+
+
+def _variance(b: Any, x: int, correction: float) -> int:
+    n = b.spec(x).shape[-1]
+    mean = b.elementwise("mul", (b.reduce("sum", x), b.scalar_or_node(1.0 / n, x)))
+    centered = b.elementwise("sub", (x, mean))
+    ssq = b.reduce("sum", b.elementwise("mul", (centered, centered)))
+    denom = max(n - correction, 0)
+    return b.elementwise("mul", (ssq, b.scalar_or_node(1.0 / denom if denom else float("inf"), x)))
+
+
+def _softmax(log: bool, b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    x = int(args[0])
+    dim = _arg(args, kwargs, 1, "dim")
+    _last_dim(b, x, dim if dim is not None else -1, where)
+    if kwargs.get("dtype") is not None:
+        x = _cast_to(b, x, meta.dtype)
+    shifted = b.elementwise("sub", (x, b.reduce("max", x)))
+    e = b.elementwise("exp", (shifted,))
+    total = b.reduce("sum", e)
+    if log:
+        out = b.elementwise("sub", (shifted, b.elementwise("log", (total,))))
+    else:
+        out = b.elementwise("div", (e, total))
+    return _cast_to(b, out, meta.dtype) if meta is not None else out
+
+
+_handles("softmax")(lambda *a: _softmax(False, *a))
+_handles("log_softmax")(lambda *a: _softmax(True, *a))
+
+
+@_handles("layer_norm")
+def _layer_norm(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    x = int(args[0])
+    normalized_shape = tuple(_arg(args, kwargs, 1, "normalized_shape"))
+    weight, bias = _arg(args, kwargs, 2, "weight"), _arg(args, kwargs, 3, "bias")
+    eps = float(_arg(args, kwargs, 4, "eps", 1e-5))
+    if len(normalized_shape) != 1:
+        raise UnsupportedOpError(f"layer_norm over {len(normalized_shape)} dims at `{where}`; only the last dim")
+    var = _variance(b, x, 0)
+    n = b.spec(x).shape[-1]
+    mean = b.elementwise("mul", (b.reduce("sum", x), b.scalar_or_node(1.0 / n, x)))
+    y = b.elementwise("mul", (b.elementwise("sub", (x, mean)),
+                              b.elementwise("rsqrt", (b.elementwise("add", (var, b.scalar_or_node(eps, x))),))))
+    if _is_node(weight):
+        y = b.elementwise("mul", (y, int(weight)))
+    if _is_node(bias):
+        y = b.elementwise("add", (y, int(bias)))
+    return _cast_to(b, y, meta.dtype) if meta is not None else y
+
+
+# --------------------------------------------------------------------------------------- views, GEMM
+
+def _transpose_last(b: Any, x: int) -> int:
+    spec = b.spec(x)
+    if spec.rank < 2:
+        return x
+    strides = list(spec.effective_strides())
+    shape = list(spec.shape)
+    shape[-1], shape[-2] = shape[-2], shape[-1]
+    strides[-1], strides[-2] = strides[-2], strides[-1]
+    return b.add("transpose", (x,), TensorSpec(tuple(shape), spec.dtype, tuple(strides)))
+
+
+@_handles("t", "transpose", "swapaxes")
+def _transpose(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    x = int(args[0])
+    rank = b.spec(x).rank
+    dims = {d % rank for d in args[1:3]} if len(args) >= 3 else {rank - 2, rank - 1}
+    if dims != {rank - 2, rank - 1}:
+        raise UnsupportedOpError(f"transpose of dims {args[1:3]} at `{where}`; only the last two dims")
+    return _transpose_last(b, x)
+
+
+@_handles("unsqueeze", "view", "reshape", "squeeze", "expand_as")
+def _reshape(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    x = int(args[0])
+    old, new = b.spec(x).shape, meta.shape
+    if [s for s in old if s != 1] != [s for s in new if s != 1] or not b.spec(x).is_contiguous:
+        raise UnsupportedOpError(f"reshape {list(old)} -> {list(new)} at `{where}`; only adding or dropping "
+                                 "size-1 dimensions is supported inside a compiled function")
+    return x if old == new else b.add("reshape", (x,), TensorSpec(new, b.spec(x).dtype))
+
+
+@_handles("matmul", "mm", "bmm")
+def _matmul(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    x, w = int(args[0]), int(args[1])
+    sx, sw = b.spec(x), b.spec(w)
+    if sx.rank < 2 or sw.rank < 2:
+        raise UnsupportedOpError(f"matmul of rank {sx.rank} and {sw.rank} at `{where}`; both need rank >= 2")
+    if sx.shape[-1] != sw.shape[-2]:
+        raise UnsupportedOpError(f"matmul of {list(sx.shape)} and {list(sw.shape)} at `{where}`: inner sizes differ")
+    return b.add("matmul", (x, w), meta)
+
+
+@_handles("linear")
+def _linear(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    x, w = int(args[0]), int(args[1])
+    bias = _arg(args, kwargs, 2, "bias")
+    out_spec = TensorSpec(meta.shape, meta.dtype)
+    y = b.add("matmul", (x, _transpose_last(b, w)), out_spec)
+    return b.elementwise("add", (y, int(bias))) if _is_node(bias) else y
+
+
+@_handles("addmm")
+def _addmm(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    bias, x, w = int(args[0]), int(args[1]), int(args[2])
+    beta, alpha = kwargs.get("beta", 1), kwargs.get("alpha", 1)
+    y = b.add("matmul", (x, w), TensorSpec(meta.shape, meta.dtype))
+    if alpha != 1:
+        y = b.elementwise("mul", (y, b.scalar_or_node(alpha, y)))
+    if beta != 1:
+        bias = b.elementwise("mul", (bias, b.scalar_or_node(beta, bias)))
+    return b.elementwise("add", (y, bias))
+
+
+@_handles("scaled_dot_product_attention")
+def _attention(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    q, k, v = (int(a) for a in args[:3])
+    if _arg(args, kwargs, 3, "attn_mask") is not None or _arg(args, kwargs, 4, "dropout_p", 0.0):
+        raise UnsupportedOpError(f"attention with attn_mask or dropout at `{where}`; use is_causal or no mask")
+    if kwargs.get("enable_gqa"):
+        raise UnsupportedOpError(f"grouped-query attention at `{where}`")
+    causal = bool(_arg(args, kwargs, 5, "is_causal", False))
+    scale = kwargs.get("scale")
+    head_dim = b.spec(q).shape[-1]
+    scale = float(scale) if scale is not None else 1.0 / math.sqrt(head_dim)
+    return b.add("attention", (q, k, v), TensorSpec(meta.shape, meta.dtype), causal=causal, scale=scale)
+
+
+@_handles("custom_call")
+def _custom_call(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    name, operands = args[0], args[1:]
+    if not all(_is_node(o) for o in operands) or kwargs:
+        raise UnsupportedOpError(f"custom_call({name!r}) at `{where}` takes tensors only, positionally")
+    return b.add("custom_call", tuple(int(o) for o in operands), meta, name=name)
+
+
+@_handles("dim")
+def _rank(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> Any:
+    return b.spec(int(args[0])).rank
+
+
+@_handles("size")
+def _size(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> Any:
+    spec = b.spec(int(args[0]))
+    dim = _arg(args, kwargs, 1, "dim")
+    return spec.shape if dim is None else spec.shape[dim]

@@ -1,0 +1,49 @@
+"""Template families and matching: ``match(graph)`` picks the first template, in priority order, that covers it.
+
+Order matters: attention before GEMM (attention contains matmuls), GEMM before row reduction, row
+reduction before pointwise (a pointwise chain is a reduction without reductions).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from kernelgen.ir import Graph
+from kernelgen.templates.base import Problem, Template
+
+_FAMILIES = ("attention", "gemm", "reduction", "pointwise")
+
+
+def templates() -> tuple[Template, ...]:
+    """Every built-in template, in matching priority."""
+    found = []
+    for family in _FAMILIES:
+        try:
+            module = importlib.import_module(f"kernelgen.templates.{family}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"kernelgen.templates.{family}":
+                raise
+            continue  # family not built yet
+        found.append(module.TEMPLATE)
+    return tuple(found)
+
+
+def get_template(name: str) -> Template:
+    for template in templates():
+        if template.name == name:
+            return template
+    from kernelgen.errors import KernelgenError
+
+    raise KernelgenError(f"unknown template {name!r}; known: {', '.join(t.name for t in templates())}")
+
+
+def match(graph: Graph) -> tuple[Template, Problem] | None:
+    """The first template that covers ``graph`` with the problem it extracted, or None."""
+    for template in templates():
+        problem = template.match(graph)
+        if problem is not None:
+            return template, problem
+    return None
+
+
+__all__ = ["Problem", "Template", "get_template", "match", "templates"]

@@ -1,0 +1,15 @@
+"""Shared fixtures: an isolated kernel cache and tuning database per test session."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    # Tests never write to the user's real cache or database.
+    if "KERNELGEN_CACHE_DIR" not in os.environ:
+        os.environ["KERNELGEN_CACHE_DIR"] = str(tmp_path_factory.mktemp("kernel-cache"))
+    os.environ["KERNELGEN_DB"] = f"sqlite:///{tmp_path_factory.mktemp('db') / 'session.sqlite'}"
