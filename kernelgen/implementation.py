@@ -1,0 +1,117 @@
+"""The Implementation seam: one way to compute a graph on one backend, tunable over a search space.
+
+Templates (with the problem they matched) and registered custom calls both appear as
+``Implementation``s, so the tuner, the measurement worker and the dispatcher treat them alike. An
+implementation is rebuilt in another process from ``(graph, name, backend)`` with ``resolve``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any
+
+from kernelgen.errors import KernelgenError, NoTemplateError
+from kernelgen.ir import Graph
+from kernelgen.space import SearchSpace
+from kernelgen.target import Target
+from kernelgen.values import Config
+
+Launcher = Callable[..., None]
+"""Called with the graph's inputs then its preallocated outputs, in order; writes the outputs."""
+
+
+class Implementation(ABC):
+    """A candidate implementation of one graph on one backend.
+
+    Contract: ``space(target)`` is cheap and deterministic; ``build(config, target)`` compiles (cached)
+    and returns a ``Launcher`` or raises ``CompileError`` / ``KernelgenError`` for that config — the
+    tuner turns those into failed ``Measurement``s. Instances are immutable and thread-safe.
+    """
+
+    name: str  # "pointwise", "gemm", "custom:rms_norm/cpp"
+    backend: str
+    graph: Graph
+
+    @abstractmethod
+    def source_hash(self) -> str:
+        """Hash of everything that shapes the generated code; part of every record's identity."""
+
+    @abstractmethod
+    def space(self, target: Target) -> SearchSpace: ...
+
+    @abstractmethod
+    def build(self, config: Config, target: Target) -> Launcher: ...
+
+    def default_config(self, target: Target) -> Config:
+        return self.space(target).default()
+
+
+class TemplateImplementation(Implementation):
+    """A template family applied to the problem it matched."""
+
+    def __init__(self, template: Any, problem: Any, backend: str) -> None:
+        self.template = template
+        self.problem = problem
+        self.backend = backend
+        self.graph = problem.graph
+        self.name = template.name
+
+    def source_hash(self) -> str:
+        return self.template.source_hash(self.backend)
+
+    def space(self, target: Target) -> SearchSpace:
+        return self.template.space(self.problem, target)
+
+    def render(self, config: Config, target: Target) -> Any:
+        return self.template.render(self.problem, config, target)
+
+    def build(self, config: Config, target: Target) -> Launcher:
+        from kernelgen.backends import get_backend
+
+        return get_backend(self.backend).compile(self.render(config, target))
+
+    def __repr__(self) -> str:
+        return f"TemplateImplementation({self.name!r}, backend={self.backend!r})"
+
+
+def _custom_call_candidates(graph: Graph, backend: str) -> list[Implementation]:
+    """Registered custom calls that implement ``graph`` on ``backend`` (empty when the registry has none)."""
+    try:
+        from kernelgen import registry
+    except ModuleNotFoundError as exc:
+        if exc.name != "kernelgen.registry":
+            raise
+        return []
+    return list(registry.candidates(graph, backend))
+
+
+def implementations_for(graph: Graph, backend: str) -> list[Implementation]:
+    """Every implementation of ``graph`` on ``backend``: the matching template first, then custom calls."""
+    from kernelgen.templates import match
+
+    found: list[Implementation] = []
+    matched = match(graph)
+    if matched is not None and backend in matched[0].backends:
+        found.append(TemplateImplementation(matched[0], matched[1], backend))
+    found.extend(_custom_call_candidates(graph, backend))
+    return found
+
+
+def resolve(graph: Graph, name: str, backend: str) -> Implementation:
+    """The implementation called ``name`` for ``graph`` on ``backend`` (used to rebuild it in a worker)."""
+    for impl in implementations_for(graph, backend):
+        if impl.name == name:
+            return impl
+    raise NoTemplateError(f"no implementation named {name!r} covers this graph on backend {backend!r}")
+
+
+def allocate_outputs(graph: Graph) -> list[Any]:
+    """Fresh contiguous CPU tensors for the graph's outputs."""
+    import torch
+
+    return [torch.empty(spec.shape, dtype=getattr(torch, spec.dtype)) for spec in graph.output_specs]
+
+
+__all__ = ["Implementation", "Launcher", "TemplateImplementation", "allocate_outputs", "implementations_for",
+           "resolve", "KernelgenError"]

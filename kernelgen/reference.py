@@ -1,0 +1,84 @@
+"""Eager evaluation of a kernelgen ``Graph`` with torch ops: the reference every kernel is checked against.
+
+It lets a worker process that only has the graph (as JSON) compute the expected result, and it defines
+the IR's semantics executably: float16/bfloat16/float32 arithmetic in float32, rounding at casts and
+outputs (see ``kernelgen.ir``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kernelgen.errors import KernelgenError
+from kernelgen.ir import Graph, Node
+
+
+def _compute_dtype(torch: Any, dtype: Any) -> Any:
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _const(value: Any) -> float:
+    return {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}.get(value, value) if isinstance(value, str) else value
+
+
+def _ops(torch: Any) -> dict[str, Callable[..., Any]]:
+    F = torch.nn.functional
+    return {
+        "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt,
+        "rsqrt": torch.rsqrt, "tanh": torch.tanh, "erf": torch.erf, "sigmoid": torch.sigmoid, "relu": torch.relu,
+        "silu": F.silu, "reciprocal": torch.reciprocal,
+        "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div, "pow": torch.pow,
+        "maximum": torch.maximum, "minimum": torch.minimum, "eq": torch.eq, "ne": torch.ne, "lt": torch.lt,
+        "le": torch.le, "gt": torch.gt, "ge": torch.ge, "logical_and": torch.logical_and,
+        "logical_or": torch.logical_or, "where": torch.where,
+    }
+
+
+def evaluate(graph: Graph, inputs: Sequence[Any], custom_calls: Callable[[str], Callable[..., Any]] | None = None) -> list[Any]:
+    """The graph's outputs for torch tensors ``inputs`` (in argument order), computed eagerly."""
+    import torch
+
+    ops = _ops(torch)
+    values: list[Any] = []
+    for node in graph.nodes:
+        values.append(_eval_node(torch, ops, node, values, inputs, custom_calls))
+    return [values[i].to(getattr(torch, graph.nodes[i].spec.dtype)).reshape(graph.nodes[i].spec.shape)
+            for i in graph.outputs]
+
+
+def _eval_node(torch: Any, ops: dict, node: Node, values: list, inputs: Sequence[Any],
+               custom_calls: Callable[[str], Callable[..., Any]] | None) -> Any:
+    dtype = getattr(torch, node.spec.dtype)
+    args = [values[i] for i in node.inputs]
+    op = node.op
+    if op == "input":
+        t = inputs[node.attr("index")]
+        return t.to(_compute_dtype(torch, t.dtype))
+    if op == "const":
+        return torch.tensor(_const(node.attr("value")), dtype=_compute_dtype(torch, dtype))
+    if op == "cast":
+        return args[0].to(dtype).to(_compute_dtype(torch, dtype))
+    if op == "gelu":
+        return torch.nn.functional.gelu(args[0], approximate=node.attr("approximate", "none"))
+    if op in ops:
+        return ops[op](*args)
+    if op == "sum":
+        return args[0].sum(-1, keepdim=True)
+    if op == "max":
+        return args[0].amax(-1, keepdim=True)
+    if op == "min":
+        return args[0].amin(-1, keepdim=True)
+    if op in ("reshape", "transpose"):
+        return args[0].reshape(node.spec.shape) if op == "reshape" else args[0].transpose(-1, -2)
+    if op == "matmul":
+        return torch.matmul(args[0], args[1])
+    if op == "attention":
+        return torch.nn.functional.scaled_dot_product_attention(*args, is_causal=node.attr("causal"),
+                                                                scale=node.attr("scale"))
+    if op == "custom_call":
+        if custom_calls is None:
+            raise KernelgenError(f"custom call {node.attr('name')!r} needs the registry to evaluate")
+        return custom_calls(node.attr("name"))(*args)
+    raise KernelgenError(f"reference evaluation has no rule for op {op!r}")

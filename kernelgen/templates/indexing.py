@@ -1,0 +1,94 @@
+"""Index maps shared by the templates: how to address a graph input at a coordinate of the iteration space.
+
+A ``Load`` says: the value of graph node ``node`` at iteration coordinate ``(i0, i1, ...)`` is element
+``sum(i_d * strides[d])`` of kernel argument ``arg``. Broadcast dimensions have stride 0, so renderers
+never reason about broadcasting, transposes or size-1 views themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kernelgen.ir import Graph
+
+
+@dataclass(frozen=True)
+class Load:
+    """Where to read graph node ``node`` (an input, or a view of one) over an iteration shape."""
+
+    node: int
+    arg: int  # position of the tensor in the kernel's argument list (= graph input index)
+    strides: tuple[int, ...]  # element strides over the iteration shape; 0 on broadcast dims
+    dtype: str
+
+    @property
+    def is_scalar(self) -> bool:
+        return all(s == 0 for s in self.strides)
+
+
+def input_view(graph: Graph, node_id: int) -> tuple[int, tuple[int, ...], tuple[int, ...]] | None:
+    """``(arg, shape, strides)`` of a graph input seen through reshape/transpose views, or None if
+    ``node_id`` is not such a view of an input."""
+    node = graph.nodes[node_id]
+    if node.op == "input":
+        return node.attr("index"), node.spec.shape, node.spec.effective_strides()
+    if node.op in ("reshape", "transpose"):
+        base = input_view(graph, node.inputs[0])
+        if base is None:
+            return None
+        arg, shape, strides = base
+        if node.op == "transpose":
+            return arg, node.spec.shape, strides[:-2] + (strides[-1], strides[-2])
+        # reshape only adds or drops size-1 dims: keep the strides of the non-trivial dims
+        kept = iter([st for sz, st in zip(shape, strides) if sz != 1])
+        return arg, node.spec.shape, tuple(0 if size == 1 else next(kept) for size in node.spec.shape)
+    return None
+
+
+def broadcast_strides(shape: tuple[int, ...], strides: tuple[int, ...], out_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Strides of a (shape, strides) view broadcast, numpy-style, to ``out_shape``."""
+    pad = len(out_shape) - len(shape)
+    if pad < 0:
+        raise ValueError(f"shape {shape} has more dims than {out_shape}")
+    out = [0] * pad
+    for size, stride, target in zip(shape, strides, out_shape[pad:]):
+        if size == target:
+            out.append(stride if size != 1 else 0)
+        elif size == 1:
+            out.append(0)
+        else:
+            raise ValueError(f"shape {shape} does not broadcast to {out_shape}")
+    return tuple(out)
+
+
+def load_for(graph: Graph, node_id: int, out_shape: tuple[int, ...]) -> Load | None:
+    view = input_view(graph, node_id)
+    if view is None:
+        return None
+    arg, shape, strides = view
+    try:
+        return Load(node_id, arg, broadcast_strides(shape, strides, out_shape), graph.nodes[node_id].spec.dtype)
+    except ValueError:
+        return None
+
+
+def is_input_view(graph: Graph, node_id: int) -> bool:
+    return input_view(graph, node_id) is not None
+
+
+def consumer_loads(graph: Graph, out_shape: tuple[int, ...], skip: frozenset[int] = frozenset()) -> dict[int, Load] | None:
+    """Loads for every input view read by a compute node (other than those in ``skip``), keyed by node id.
+
+    None when some such view does not broadcast to ``out_shape``.
+    """
+    loads: dict[int, Load] = {}
+    for i, node in enumerate(graph.nodes):
+        if i in skip or is_input_view(graph, i):
+            continue
+        for j in node.inputs:
+            if j not in loads and is_input_view(graph, j):
+                load = load_for(graph, j, out_shape)
+                if load is None:
+                    return None
+                loads[j] = load
+    return loads
