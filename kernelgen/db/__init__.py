@@ -1,0 +1,53 @@
+"""The tuning database: every measured trial, any SQLAlchemy URL, optionally layered over a team database.
+
+``open_db()`` is the entry point; ``TuningDB`` is one database, ``LayeredDB`` a local one over a
+read-only team one. ``upgrade_db()`` migrates an older schema (``kernelgen db upgrade``).
+"""
+
+from __future__ import annotations
+
+import os
+
+from kernelgen.db.jsonl import FORMAT as EXPORT_FORMAT
+from kernelgen.db.jsonl import VERSION as EXPORT_VERSION
+from kernelgen.db.layered import LayeredDB
+from kernelgen.db.store import TuningDB
+
+TEAM_DB_ENV = "KERNELGEN_TEAM_DB"
+
+__all__ = ["EXPORT_FORMAT", "EXPORT_VERSION", "LayeredDB", "TEAM_DB_ENV", "TuningDB", "open_db", "upgrade_db"]
+
+
+def open_db(url: str | None = None, *, team_url: str | None = None, read_only: bool = False) -> "TuningDB | LayeredDB":
+    """Open the tuning database at ``url`` (default: ``KERNELGEN_DB`` or the per-user SQLite file, created on
+    first use), layered over the read-only team database ``team_url`` (default: ``KERNELGEN_TEAM_DB`` if set).
+    """
+    if team_url is None:
+        team_url = os.environ.get(TEAM_DB_ENV) or None
+    local = TuningDB(url, read_only=read_only)
+    if not team_url:
+        return local
+    try:
+        team = TuningDB(team_url, read_only=True)
+    except BaseException:
+        local.close()
+        raise
+    return LayeredDB(local, team)
+
+
+def upgrade_db(url: str | None = None) -> tuple[str, str]:
+    """Migrate the database at ``url`` to this kernelgen's schema; returns (schema before, schema after).
+
+    Creates the schema in an empty database; refuses (SchemaVersionError) a schema newer than this kernelgen.
+    """
+    from kernelgen.db.engine import make_engine, parse_url
+    from kernelgen.db.schema import schema_number, upgrade
+    from kernelgen.paths import default_db_url
+
+    parsed = parse_url(url if url is not None else default_db_url())
+    engine = make_engine(parsed, read_only=False)
+    try:
+        before, after = upgrade(engine, parsed)
+    finally:
+        engine.dispose()
+    return schema_number(before), schema_number(after)

@@ -1,0 +1,136 @@
+"""The shareable text format of tuning records: JSON lines, a header line, then one record per line.
+
+Records are written in canonical JSON sorted by ``record_id`` so files diff and merge cleanly in git.
+Reading validates every line (``TuningRecord.from_json``) before anything is returned: a malformed,
+truncated or newer-version file raises ImportFormatError naming the line. Files are data: parsed with
+``json``, never executed or unpickled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from kernelgen.errors import ImportFormatError
+from kernelgen.values import TuningRecord, canonical_json
+
+FORMAT = "kernelgen-tuning-records"
+VERSION = 1
+_RECORD_FIELDS = frozenset({"workload_key", "workload_family", "signature", "implementation",
+                            "implementation_hash", "backend", "target_fingerprint", "target_family", "device",
+                            "toolchain", "measurement", "provenance"})
+
+
+def header() -> dict[str, Any]:
+    # Nothing that changes between exports (no date, no count): two branches' headers never conflict.
+    return {"format": FORMAT, "version": VERSION, "order": "record_id"}
+
+
+def write_records(path: str | os.PathLike, records: Iterable[TuningRecord]) -> int:
+    """Write ``records`` (ascending ``record_id``, as ``records()`` yields them) atomically; returns the count.
+
+    Streams to a temporary file in the target directory and renames it over ``path``, so a reader sees
+    the old file or the complete new one.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    count, last = 0, None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
+            out.write(canonical_json(header()) + "\n")
+            for record in records:
+                rid = record.record_id
+                if last is not None and rid <= last:
+                    if rid == last:
+                        continue  # the same record from two layers
+                    raise ValueError("write_records needs records sorted by record_id")
+                out.write(canonical_json(record.to_json()) + "\n")
+                count, last = count + 1, rid
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return count
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a valid JSON number")
+
+
+def _parse(line: str) -> Any:
+    return json.loads(line, parse_constant=_reject_constant)
+
+
+def check_header(data: Any, where: str) -> None:
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ImportFormatError(f"{where} line 1: not a {FORMAT} header (expected {canonical_json(header())}); "
+                                "export files with `kernelgen db export`")
+    version = data.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ImportFormatError(f"{where} line 1: format version {version!r} is not a positive integer")
+    if version > VERSION:
+        raise ImportFormatError(f"{where} is format version {version}, this kernelgen reads up to {VERSION}: "
+                                "upgrade kernelgen (pip install -U kernelgen); nothing was imported")
+
+
+def parse_record(data: Any) -> TuningRecord:
+    """One record line's JSON, validated; raises ValueError naming the problem."""
+    if not isinstance(data, dict):
+        raise ValueError(f"a record must be a JSON object, got {type(data).__name__}")
+    unknown = sorted(set(data) - _RECORD_FIELDS)
+    if unknown:  # silently dropping fields would make a newer file's import lossy
+        raise ValueError(f"unknown record field(s) {unknown} (written by a newer kernelgen?)")
+    try:
+        return TuningRecord.from_json(data)
+    except (TypeError, KeyError, AttributeError) as err:
+        raise ValueError(f"malformed record ({type(err).__name__}: {err})") from None
+
+
+def read_records(path: str | os.PathLike) -> list[TuningRecord]:
+    """Every record of a file, validated; raises ImportFormatError (naming the line) on the first bad one."""
+    where = str(path)
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:
+            lines = handle.read().split("\n")
+    except FileNotFoundError:
+        raise ImportFormatError(f"no such file {where}: check the path") from None
+    except IsADirectoryError:
+        raise ImportFormatError(f"{where} is a directory: pass a .jsonl file") from None
+    except UnicodeDecodeError as err:
+        raise ImportFormatError(f"{where} is not UTF-8 text (byte {err.start}): pass a file written by "
+                                "`kernelgen db export`") from None
+    except OSError as err:
+        raise ImportFormatError(f"cannot read {where}: {err.strerror}") from None
+    if lines and lines[-1] == "":
+        lines.pop()  # the final newline
+    if not lines or not lines[0].strip():
+        raise ImportFormatError(f"{where} is empty: expected a {FORMAT} header line")
+    records: list[TuningRecord] = []
+    for number, line in enumerate(lines, start=1):
+        line = line.rstrip("\r")
+        if number > 1 and not line.strip():
+            continue  # blank lines (e.g. left by a hand merge) carry nothing
+        try:
+            data = _parse(line)
+        except ValueError as err:
+            hint = " (the file looks truncated)" if number == len(lines) else ""
+            raise ImportFormatError(f"{where} line {number}: not valid JSON{hint} ({err}); "
+                                    "nothing was imported") from None
+        if number == 1:
+            check_header(data, where)
+            continue
+        try:
+            records.append(parse_record(data))
+        except ValueError as err:
+            raise ImportFormatError(f"{where} line {number}: {err}; nothing was imported") from None
+    return records

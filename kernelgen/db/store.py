@@ -1,0 +1,303 @@
+"""``TuningDB``: every measured trial of every workload, in one SQLAlchemy database (SQLite or a server).
+
+All writes go through ``engine.transaction`` (commit or roll back); inserts are idempotent on the
+record's content identity (``record_id``) with ``INSERT ... ON CONFLICT DO NOTHING``, so two processes
+committing the same record both succeed and it is stored once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import and_, delete, func, insert, or_, select
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import Connection
+
+from kernelgen.db import jsonl
+from kernelgen.db.engine import make_engine, parse_url, shown, transaction
+from kernelgen.db.models import RecordRow, row_values, toolchain_hash
+from kernelgen.db.nearest import NearestGroups, rank
+from kernelgen.db.schema import current_revision, ensure_schema, schema_number
+from kernelgen.errors import DatabaseError
+from kernelgen.paths import default_db_url
+from kernelgen.values import Status, TensorSpec, TuningRecord
+
+T = RecordRow.__table__
+_CHUNK = 500  # rows per INSERT: well under SQLite's bound-parameter limit
+_PAGE = 2000  # rows per read page of records(): short read transactions, bounded memory
+
+
+def _decode(data: str) -> TuningRecord:
+    return TuningRecord.from_json(json.loads(data))
+
+
+def _workload_clause(workload: str):
+    escaped = workload.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return or_(T.c.workload_key == workload, T.c.workload_key.like(escaped + "%", escape="\\"))
+
+
+def _target_clause(target: str):
+    return or_(T.c.target_fingerprint == target, T.c.target_family == target)
+
+
+class TuningDB:
+    """A tuning database at one SQLAlchemy URL.
+
+    Contract: ``commit``/``commit_many`` are idempotent on ``record_id`` and atomic (a batch is stored
+    whole or not at all); reads return ``TuningRecord`` values equal to what was committed. Nothing is
+    deleted except by an explicit ``prune``. Every failure is a ``DatabaseError`` subclass with a one-line
+    message. Safe to use from several processes at once; one instance may be shared by threads (each
+    call takes its own pooled connection), except a ``sqlite://`` memory database (one connection).
+    """
+
+    def __init__(self, url: str | None = None, *, read_only: bool = False) -> None:
+        self._url = parse_url(url if url is not None else default_db_url())
+        self.url: str = shown(self._url)
+        self.read_only = read_only
+        self._engine = make_engine(self._url, read_only=read_only)
+        try:
+            ensure_schema(self._engine, self._url, read_only=read_only)
+        except BaseException:
+            self._engine.dispose()
+            raise
+
+    # -- plumbing ---------------------------------------------------------------------------------------
+    @property
+    def optuna_storage_url(self) -> str:
+        """The URL Optuna's RDBStorage should use: the same database (password included)."""
+        return self._url.render_as_string(hide_password=False)
+
+    def _tx(self, *, write: bool = False):
+        return transaction(self._engine, self._url, write=write, read_only=self.read_only)
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> "TuningDB":
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"TuningDB({self.url!r}{', read_only=True' if self.read_only else ''})"
+
+    # -- writes -----------------------------------------------------------------------------------------
+    def commit(self, record: TuningRecord) -> bool:
+        """Store one record; True if it was new, False if an identical record was already present."""
+        return self.commit_many([record]) == 1
+
+    def commit_many(self, records: Iterable[TuningRecord]) -> int:
+        """Store records in one transaction; returns how many were new."""
+        rows: dict[str, dict[str, Any]] = {}
+        for record in records:
+            if not isinstance(record, TuningRecord):
+                raise TypeError(f"commit needs TuningRecord values, got {type(record).__name__}")
+            rows.setdefault(record.record_id, row_values(record))
+        if not rows:
+            with self._tx(write=True):  # still refuse a read-only database, even with nothing to write
+                return 0
+        values = list(rows.values())
+        with self._tx(write=True) as conn:
+            return sum(self._insert(conn, values[i:i + _CHUNK]) for i in range(0, len(values), _CHUNK))
+
+    def _insert(self, conn: Connection, rows: list[dict[str, Any]]) -> int:
+        dialect = conn.dialect.name
+        if dialect in ("sqlite", "postgresql"):
+            if dialect == "sqlite":
+                from sqlalchemy.dialects.sqlite import insert as dialect_insert
+            else:
+                from sqlalchemy.dialects.postgresql import insert as dialect_insert
+            stmt = dialect_insert(T).on_conflict_do_nothing(index_elements=["record_id"]).returning(T.c.record_id)
+            return len(conn.execute(stmt, rows).all())
+        # Other dialects: skip known ids, and count a concurrent identical insert as already present.
+        present = set(conn.scalars(select(T.c.record_id).where(T.c.record_id.in_([r["record_id"] for r in rows]))))
+        added = 0
+        for row in rows:
+            if row["record_id"] in present:
+                continue
+            try:
+                with conn.begin_nested():
+                    conn.execute(insert(T), [row])
+                added += 1
+            except sa_exc.IntegrityError:
+                pass
+        return added
+
+    def import_file(self, path: str | os.PathLike) -> tuple[int, int]:
+        """Import a ``kernelgen db export`` file, all or nothing; returns (added, already present)."""
+        records = jsonl.read_records(path)  # validates every line before the database is touched
+        unique = len({r.record_id for r in records})
+        added = self.commit_many(records)
+        return added, unique - added
+
+    def merge(self, source: "str | os.PathLike | TuningDB | Any") -> tuple[int, int]:
+        """Add every record of ``source`` (an export file, a database URL or an open database) that is not
+        here yet, in one transaction; returns (added, already present). Provenance travels with each record.
+        """
+        if isinstance(source, (str, os.PathLike)) and "://" not in str(source):
+            return self.import_file(source)
+        if isinstance(source, (str, os.PathLike)):
+            other = TuningDB(str(source), read_only=True)
+            try:
+                records = list(other.records())
+            finally:
+                other.close()
+        elif hasattr(source, "records"):
+            records = list(source.records())
+        else:
+            raise DatabaseError(f"cannot merge from {source!r}: pass an export file, a database URL or a TuningDB")
+        added = self.commit_many(records)
+        return added, len({r.record_id for r in records}) - added
+
+    def prune(self, *, older_than_days: float | None = None, kernelgen_version: str | None = None,
+              target: str | None = None) -> int:
+        """Delete the records matching *all* given criteria; refuses to run with none. Returns the count."""
+        where = self._prune_where(older_than_days, kernelgen_version, target)
+        with self._tx(write=True) as conn:
+            return conn.execute(delete(T).where(where)).rowcount or 0
+
+    def prune_summary(self, *, older_than_days: float | None = None, kernelgen_version: str | None = None,
+                      target: str | None = None) -> list[dict[str, Any]]:
+        """What ``prune`` with the same criteria would delete, grouped by target family, version, implementation."""
+        where = self._prune_where(older_than_days, kernelgen_version, target)
+        cols = (T.c.target_family, T.c.kernelgen_version, T.c.implementation)
+        with self._tx() as conn:
+            rows = conn.execute(select(*cols, func.count()).where(where).group_by(*cols).order_by(*cols)).all()
+        return [{"target_family": f, "kernelgen_version": v, "implementation": i, "records": n} for f, v, i, n in rows]
+
+    @staticmethod
+    def _prune_where(older_than_days: float | None, kernelgen_version: str | None, target: str | None):
+        clauses = []
+        if older_than_days is not None:
+            if older_than_days < 0:
+                raise DatabaseError(f"--older-than {older_than_days} is negative: give an age in days >= 0")
+            clauses.append(T.c.created_at < time.time() - older_than_days * 86400.0)
+        if kernelgen_version is not None:
+            clauses.append(T.c.kernelgen_version == kernelgen_version)
+        if target is not None:
+            clauses.append(_target_clause(target))
+        if not clauses:
+            raise DatabaseError("prune needs at least one criterion (--older-than DAYS, --kernelgen-version V "
+                                "or --target T); nothing was removed")
+        return and_(*clauses)
+
+    # -- reads ------------------------------------------------------------------------------------------
+    def best(self, workload_key: str, target_fingerprint: str, *, implementations: Mapping[str, str] | None = None,
+             toolchain: Mapping[str, str] | None = None) -> TuningRecord | None:
+        """The fastest ok record for the workload on exactly this target (ties: smallest record_id).
+
+        ``implementations`` (name -> implementation hash) restricts to those exact pairs; ``toolchain``
+        restricts to records measured with exactly that toolchain mapping.
+        """
+        stmt = select(T.c.data).where(T.c.workload_key == workload_key,
+                                      T.c.target_fingerprint == target_fingerprint, T.c.status == Status.OK.value)
+        if implementations is not None:
+            if not implementations:
+                return None
+            stmt = stmt.where(or_(*(and_(T.c.implementation == name, T.c.implementation_hash == digest)
+                                    for name, digest in sorted(implementations.items()))))
+        if toolchain is not None:
+            stmt = stmt.where(T.c.toolchain_hash == toolchain_hash(toolchain))
+        stmt = stmt.order_by(T.c.time_median, T.c.record_id).limit(1)
+        with self._tx() as conn:
+            data = conn.scalar(stmt)
+        return None if data is None else _decode(data)
+
+    def trials(self, workload_key: str, target_fingerprint: str, *, implementation: str | None = None,
+               implementation_hash: str | None = None) -> list[TuningRecord]:
+        """Every trial (failures included) of the workload on this target, oldest first."""
+        stmt = select(T.c.data).where(T.c.workload_key == workload_key, T.c.target_fingerprint == target_fingerprint)
+        if implementation is not None:
+            stmt = stmt.where(T.c.implementation == implementation)
+        if implementation_hash is not None:
+            stmt = stmt.where(T.c.implementation_hash == implementation_hash)
+        with self._tx() as conn:
+            rows = conn.scalars(stmt.order_by(T.c.created_at, T.c.record_id)).all()
+        return [_decode(d) for d in rows]
+
+    def nearest_groups(self, *, workload_key: str, workload_family: str, target_fingerprint: str,
+                       target_family: str, implementation: str | None = None) -> NearestGroups:
+        """The warm-start candidates before ranking (see ``kernelgen.db.nearest``)."""
+        ok = T.c.status == Status.OK.value
+        impl = [T.c.implementation == implementation] if implementation is not None else []
+        same_family = self._fastest_per(T.c.target_fingerprint, T.c.workload_key == workload_key,
+                                        T.c.target_family == target_family,
+                                        T.c.target_fingerprint != target_fingerprint, ok, *impl)
+        neighbours = self._fastest_per(T.c.workload_key, T.c.workload_family == workload_family,
+                                       T.c.target_fingerprint == target_fingerprint,
+                                       T.c.workload_key != workload_key, ok, *impl)
+        return NearestGroups(same_family={r.target_fingerprint: r for r in same_family},
+                             neighbours={r.workload_key: r for r in neighbours})
+
+    def _fastest_per(self, group_column, *where) -> list[TuningRecord]:
+        rn = func.row_number().over(partition_by=group_column, order_by=(T.c.time_median, T.c.record_id))
+        inner = select(T.c.data, rn.label("rn")).where(*where).subquery()
+        with self._tx() as conn:
+            rows = conn.scalars(select(inner.c.data).where(inner.c.rn == 1)).all()
+        return [_decode(d) for d in rows]
+
+    def nearest(self, *, workload_key: str, workload_family: str, target_fingerprint: str, target_family: str,
+                signature: Sequence[TensorSpec], implementation: str | None = None,
+                limit: int = 5) -> list[TuningRecord]:
+        """Warm-start candidates, best first: the same workload on sibling targets of the family, then
+        neighbouring shapes of the same graph on this target by shape distance. Never the exact pair."""
+        groups = self.nearest_groups(workload_key=workload_key, workload_family=workload_family,
+                                     target_fingerprint=target_fingerprint, target_family=target_family,
+                                     implementation=implementation)
+        return rank(groups, signature, limit)
+
+    def records(self, *, target: str | None = None, workload: str | None = None) -> Iterator[TuningRecord]:
+        """Every record (ascending record_id); ``target`` matches fingerprint or family, ``workload`` a key
+        or key prefix. Reads in pages, so it is safe to write to the database while iterating."""
+        clauses = []
+        if target is not None:
+            clauses.append(_target_clause(target))
+        if workload is not None:
+            clauses.append(_workload_clause(workload))
+        last = ""
+        while True:
+            stmt = (select(T.c.record_id, T.c.data).where(T.c.record_id > last, *clauses)
+                    .order_by(T.c.record_id).limit(_PAGE))
+            with self._tx() as conn:
+                page = conn.execute(stmt).all()
+            for _rid, data in page:
+                yield _decode(data)
+            if len(page) < _PAGE:
+                return
+            last = page[-1][0]
+
+    def count(self) -> int:
+        with self._tx() as conn:
+            return conn.scalar(select(func.count()).select_from(T)) or 0
+
+    def stats(self) -> dict[str, Any]:
+        """Counts by status, target and kernelgen version, distinct workloads, time range, schema."""
+        with self._tx() as conn:
+            total = conn.scalar(select(func.count()).select_from(T)) or 0
+            by_status = dict(conn.execute(select(T.c.status, func.count()).group_by(T.c.status)).all())
+            targets = conn.execute(select(T.c.target_family, T.c.target_fingerprint, func.count())
+                                   .group_by(T.c.target_family, T.c.target_fingerprint)
+                                   .order_by(T.c.target_family, T.c.target_fingerprint)).all()
+            versions = dict(conn.execute(select(T.c.kernelgen_version, func.count())
+                                         .group_by(T.c.kernelgen_version)).all())
+            workloads = conn.scalar(select(func.count(func.distinct(T.c.workload_key)))) or 0
+            families = conn.scalar(select(func.count(func.distinct(T.c.workload_family)))) or 0
+            impls = conn.scalar(select(func.count(func.distinct(T.c.implementation)))) or 0
+            oldest, newest = conn.execute(select(func.min(T.c.created_at), func.max(T.c.created_at))).one()
+            revision = current_revision(conn)
+        return {
+            "url": self.url, "read_only": self.read_only, "schema": schema_number(revision),
+            "records": total, "by_status": dict(sorted(by_status.items())), "workloads": workloads,
+            "workload_families": families, "implementations": impls,
+            "targets": [{"target_family": f, "target_fingerprint": fp, "records": n} for f, fp, n in targets],
+            "kernelgen_versions": dict(sorted(versions.items())), "oldest": oldest, "newest": newest,
+        }
+
+    def export(self, path: str | os.PathLike, *, target: str | None = None, workload: str | None = None) -> int:
+        """Write the matching records to a JSON-lines file (atomically); returns the count."""
+        return jsonl.write_records(path, self.records(target=target, workload=workload))
