@@ -5,6 +5,12 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
+
+# Without a GPU, Triton kernels run under the interpreter on torch CPU tensors. The variable must be set
+# before anything imports triton, so it is set here, at collection time, for the whole suite.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(autouse=True, scope="session")
