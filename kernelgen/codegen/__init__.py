@@ -1,0 +1,1 @@
+"""Expression code generation shared by the renderers: ``cpp_expr`` for C++ (``triton_expr`` for Triton)."""

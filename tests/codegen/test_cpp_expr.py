@@ -1,0 +1,127 @@
+"""cpp_expr against eager torch: every elementwise op, literals, and the float16/bfloat16 bit-trick conversions.
+
+A tiny flat-loop kernel is rendered here from ``emit`` so the expression layer is tested on its own,
+independent of the templates. All ops of one dtype share one compiled kernel (g++ is the slow part).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kernelgen
+from kernelgen.backends import get_backend
+from kernelgen.codegen import cpp_expr
+from kernelgen.ir import ELEMENTWISE_OPS
+from kernelgen.reference import evaluate
+from kernelgen.values import FrozenMap, Source
+
+pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")
+
+
+def _flat_kernel(graph: kernelgen.Graph, n: int):
+    """Compile graph (all inputs and outputs contiguous, of n elements) as one flat loop."""
+    env = {}
+    for i in graph.input_ids:
+        node = graph.nodes[i]
+        env[i] = cpp_expr.load(node.spec.dtype, f"in{node.attr('index')}[i]")
+    body = cpp_expr.emit(graph, cpp_expr.dag_nodes(graph, graph.outputs, env), env)
+    for k, o in enumerate(graph.outputs):
+        body.append(cpp_expr.store(graph.nodes[o].spec.dtype, f"out{k}[i]", env[o]))
+    decls = []
+    for a, spec in enumerate(graph.signature):
+        decls.append(f"const {cpp_expr.storage_type(spec.dtype)}* __restrict in{a} = "
+                     f"(const {cpp_expr.storage_type(spec.dtype)}*)p[{a}];")
+    for k, spec in enumerate(graph.output_specs):
+        decls.append(f"{cpp_expr.storage_type(spec.dtype)}* __restrict out{k} = "
+                     f"({cpp_expr.storage_type(spec.dtype)}*)p[{len(graph.signature) + k}];")
+    text = (cpp_expr.PRELUDE + 'extern "C" void kg_test(void* const* p, int64_t nt) {\n' + "\n".join(decls)
+            + f"\nfor (int64_t i = 0; i < {n}; ++i) {{\n" + "\n".join(body) + "\n}\n}\n")
+    sig = json.dumps([s.to_json() for s in (*graph.signature, *graph.output_specs)])
+    return get_backend("cpp").compile(Source("cpp", text, "kg_test", meta=FrozenMap(signature=sig)))
+
+
+def _run(fn, *inputs):
+    graph = kernelgen.trace(fn, *inputs)
+    kernel = _flat_kernel(graph, inputs[0].numel())
+    outs = [torch.empty(s.shape, dtype=getattr(torch, s.dtype)) for s in graph.output_specs]
+    kernel(*inputs, *outs)
+    return graph, outs
+
+
+def _all_float_ops(x, y):
+    c = x > y
+    return (-x, torch.abs(x), torch.exp(x), torch.log(torch.abs(x) + 1), torch.sqrt(torch.abs(y)),
+            torch.rsqrt(torch.abs(y) + 0.5), torch.tanh(x), torch.erf(x), torch.sigmoid(x), torch.relu(x),
+            F.silu(x), F.gelu(x), F.gelu(y, approximate="tanh"), torch.reciprocal(y + 10), x + y, x - y, x * y,
+            x / (y + 10), torch.pow(torch.abs(x), y), x.pow(2), x ** 3, torch.abs(y) ** 0.5, torch.maximum(x, y),
+            torch.minimum(x, y), torch.where(c, x, y), (x == y).float(), (x != y).float(), (x < y).float(),
+            (x <= y).float(), (x >= y).float(), torch.logical_and(c, x < 0).float(),
+            torch.logical_or(c, x < 0).float(), x.to(torch.int32).float(), torch.clamp(x, -0.5, 0.5), x * 1e-3)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 2e-6), (torch.float64, 1e-12)])
+def test_every_float_op_matches_eager(dtype, tol):
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(1000, generator=gen, dtype=dtype) * 3
+    y = torch.randn(1000, generator=gen, dtype=dtype)
+    graph, outs = _run(_all_float_ops, x, y)
+    expected = _all_float_ops(x, y)
+    ops_seen = graph.ops()
+    assert ELEMENTWISE_OPS - ops_seen <= {"cast"} | ({"cast"} if dtype == torch.float32 else set())
+    for k, (got, want) in enumerate(zip(outs, expected)):
+        torch.testing.assert_close(got, want, rtol=tol * 10, atol=tol * 10, msg=f"output {k}")
+    for got, want in zip(outs, evaluate(graph, [x, y])):
+        torch.testing.assert_close(got, want, rtol=tol * 10, atol=tol * 10)
+
+
+def test_integer_and_bool_ops():
+    x = torch.arange(-50, 50, dtype=torch.int32)
+    y = torch.arange(100, dtype=torch.int32) % 7 - 3
+
+    def fn(x, y):
+        return (x + y, x * y, torch.maximum(x, y), torch.abs(x), torch.relu(y), x > y, (x + y).float() * 0.5)
+
+    graph, outs = _run(fn, x, y)
+    for got, want in zip(outs, fn(x, y)):
+        assert got.dtype == want.dtype
+        assert torch.equal(got, want)
+
+
+def test_float16_and_bfloat16_conversions_round_like_torch():
+    # every float16 / bfloat16 bit pattern through load, and a dense float sweep through store
+    bits = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16)
+    finite = []
+    for half in (torch.float16, torch.bfloat16):
+        h = bits.view(half)
+        graph, (out,) = _run(lambda a: a.float() * 1.0, h)
+        want = h.float()
+        assert torch.equal(out.isnan(), want.isnan())
+        mask = ~want.isnan()
+        assert torch.equal(out[mask], want[mask])
+        finite.append(h)
+    # float -> half rounding: random floats spanning subnormals to overflow, plus exact ties
+    gen = torch.Generator().manual_seed(1)
+    f = torch.cat([torch.randn(50000, generator=gen) * 10 ** torch.randint(-9, 6, (50000,), generator=gen),
+                   torch.tensor([65504.0, 65520.0, 1e6, -1e6, 0.0, -0.0, 2.0 ** -25, 2.0 ** -24 * 1.5, math.inf])])
+    for half in (torch.float16, torch.bfloat16):
+        graph, (out,) = _run(lambda a: (a * 1.0).to(half), f)
+        assert torch.equal(out.view(torch.int16), f.to(half).view(torch.int16)), half
+
+
+def test_literals_are_rounded_like_torch():
+    assert cpp_expr.literal("inf", "float32").startswith("(__builtin_inff")
+    assert cpp_expr.literal(True, "bool") == "true"
+    x = torch.full((16,), 1.0)
+    graph, (out,) = _run(lambda a: a * 0.1 + 1e-7, x)
+    assert torch.equal(out, x * 0.1 + 1e-7)
+
+
+def test_emit_rejects_non_elementwise_nodes():
+    graph = kernelgen.trace(lambda a: a.sum(-1), torch.randn(4, 4))
+    with pytest.raises(ValueError, match="sum"):
+        cpp_expr.emit(graph, cpp_expr.dag_nodes(graph, graph.outputs, {0: "x"}), {0: "x"})
