@@ -1,0 +1,280 @@
+"""Checking and timing one config of one implementation: the body of every measurement, in or out of a worker.
+
+A ``Bench`` owns random inputs drawn from the graph's signature with a fixed seed, the eager reference's
+outputs for them, and the timing policy. ``Bench.measure(config)`` builds the kernel, checks it against the
+reference with dtype tolerances (``wrong_result`` otherwise) and only then times it: warm-up, then repeats
+until a minimum total time, median and spread, on a fixed and recorded CPU thread count. Inputs are
+restored from a pristine copy before every check and, for kernels that write their inputs, between runs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from kernelgen.errors import CompileError, KernelgenError
+from kernelgen.implementation import Implementation, allocate_outputs
+from kernelgen.ir import Graph
+from kernelgen.target import Target
+from kernelgen.values import Config, Measurement, Status, TensorSpec, TimeStats
+
+# (rtol, atol) per output dtype. Loose enough for -ffast-math (vectorised erf/tanh, reassociated sums),
+# tight enough that a wrong tile index or an unwritten block is far outside.
+TOLERANCES: dict[str, tuple[float, float]] = {
+    "float64": (1e-6, 1e-7),
+    "float32": (1e-3, 1e-4),
+    "float16": (1e-2, 1e-2),
+    "bfloat16": (4e-2, 4e-2),
+}
+
+
+@dataclass(frozen=True)
+class TimingPolicy:
+    """How a config is timed. ``threads=None`` means the backend's default CPU thread count."""
+
+    min_time: float = 0.05  # seconds of timed runs per config, at least
+    warmup: int = 2
+    min_repeats: int = 5
+    max_repeats: int = 2000
+    threads: int | None = None
+
+    def resolved_threads(self) -> int:
+        if self.threads is not None:
+            return self.threads
+        from kernelgen.backends.cpp import default_threads
+
+        return default_threads()
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "TimingPolicy":
+        return cls(**{k: data[k] for k in ("min_time", "warmup", "min_repeats", "max_repeats", "threads") if k in data})
+
+
+def make_inputs(signature: tuple[TensorSpec, ...], seed: int = 0) -> list[tuple[Any, Any]]:
+    """``(storage, view)`` pairs: random values in a flat buffer, viewed with each spec's shape and strides.
+
+    Values are standard normal for floats, small integers for ints, fair coins for bools; the same seed
+    gives the same inputs in every process.
+    """
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for spec in signature:
+        strides = spec.effective_strides()
+        size = 1 + sum((n - 1) * s for n, s in zip(spec.shape, strides)) if spec.numel else 0
+        dtype = getattr(torch, spec.dtype)
+        if dtype.is_floating_point:
+            base = torch.randn(size, generator=gen, dtype=torch.float32).to(dtype)
+        elif dtype == torch.bool:
+            base = torch.randint(0, 2, (size,), generator=gen).bool()
+        else:
+            low = 0 if dtype == torch.uint8 else -8
+            base = torch.randint(low, 9, (size,), generator=gen, dtype=torch.int64).to(dtype)
+        out.append((base, base.as_strided(spec.shape, strides)))
+    return out
+
+
+def compare(actual: Any, expected: Any, dtype: str) -> str | None:
+    """None when ``actual`` matches ``expected`` within ``TOLERANCES[dtype]``, else a one-line description.
+
+    Positions where the reference is not finite are not compared: with -ffast-math a kernel's inf/nan
+    behaviour is undefined, and inputs are random, so log/sqrt of negatives is expected there.
+    """
+    import torch
+
+    if tuple(actual.shape) != tuple(expected.shape):
+        return f"output shape {list(actual.shape)} differs from the reference's {list(expected.shape)}"
+    if dtype not in TOLERANCES:
+        bad = actual != expected
+        if not bool(bad.any()):
+            return None
+        index = tuple(int(i) for i in torch.nonzero(bad)[0])
+        return (f"{int(bad.sum())} of {bad.numel()} elements differ from the reference (exact {dtype}); "
+                f"first at {list(index)}: got {actual[index].item()}, expected {expected[index].item()}")
+    rtol, atol = TOLERANCES[dtype]
+    a, e = actual.double(), expected.double()
+    finite = torch.isfinite(e)
+    err = torch.where(finite, (a - e).abs(), torch.zeros_like(e))
+    err = torch.where(finite & ~torch.isfinite(a), torch.full_like(e, float("inf")), err)
+    bad = err > atol + rtol * e.abs().nan_to_num(0.0)
+    if not bool(bad.any()):
+        return None
+    index = tuple(int(i) for i in torch.nonzero(bad)[0])
+    return (f"{int(bad.sum())} of {bad.numel()} elements outside rtol={rtol} atol={atol}; "
+            f"max abs error {float(err.max()):.3g}; first at {list(index)}: got {a[index].item():.6g}, "
+            f"expected {e[index].item():.6g}")
+
+
+class Bench:
+    """One implementation of one graph ready to be measured: inputs, reference outputs, timing policy.
+
+    Not thread-safe (it owns the input and output buffers). ``measure`` never raises for a
+    per-config failure: it returns a ``Measurement`` with the status.
+    """
+
+    def __init__(self, impl: Implementation, target: Target, *, seed: int = 0,
+                 policy: TimingPolicy = TimingPolicy(), reference: Any = None) -> None:
+        import torch
+
+        from kernelgen.backends import get_backend
+
+        self.impl, self.target, self.policy = impl, target, policy
+        self.graph: Graph = impl.graph
+        self.backend = get_backend(impl.backend)
+        self.threads = policy.resolved_threads()
+        torch.set_num_threads(self.threads)
+        self._pristine = make_inputs(self.graph.signature, seed)
+        copies = [base.clone() for base, _ in self._pristine]
+        self._work = [(c, c.as_strided(view.shape, view.stride())) for c, (_, view) in zip(copies, self._pristine)]
+        self.inputs = [view for _, view in self._work]
+        self.outputs = allocate_outputs(self.graph)
+        self.expected = reference if reference is not None else reference_outputs(self.graph, [v for _, v in self._pristine])
+        self._space = impl.space(target)
+        self._launchers: dict[Config, Any] = {}
+
+    # -------------------------------------------------------------------------------------- phases
+
+    def build(self, config: Config) -> Measurement | None:
+        """Compile ``config`` (cached); a failure ``Measurement`` when it cannot be built, else None."""
+        if config in self._launchers:
+            return None
+        problems = self._space.violations(config)
+        if problems:
+            return Measurement.failure(config, Status.INVALID, "; ".join(problems))
+        try:
+            launcher = self.impl.build(config, self.target)
+        except CompileError as exc:
+            return Measurement.failure(config, Status.COMPILE_ERROR, str(exc))
+        except ValueError as exc:  # renderers reject configs their space should have excluded
+            return Measurement.failure(config, Status.INVALID, str(exc))
+        except KernelgenError as exc:
+            return Measurement.failure(config, Status.COMPILE_ERROR, str(exc))
+        except Exception as exc:  # a renderer bug is this config's failure, not the end of the run
+            return Measurement.failure(config, Status.COMPILE_ERROR, _unexpected(exc))
+        if hasattr(launcher, "num_threads"):
+            launcher.num_threads = self.threads
+        self._launchers[config] = launcher
+        return None
+
+    def run(self, config: Config) -> Measurement:
+        """Check the built ``config`` against the reference, then time it."""
+        launcher = self._launchers[config]
+        self._restore()
+        self._poison_outputs()
+        try:
+            launcher(*self.inputs, *self.outputs)
+            self.backend.synchronize()
+        except Exception as exc:
+            return self._failed(config, Status.RUNTIME_ERROR, _unexpected(exc) if not isinstance(exc, KernelgenError) else str(exc))
+        for i, (out, exp, spec) in enumerate(zip(self.outputs, self.expected, self.graph.output_specs)):
+            problem = compare(out, exp, spec.dtype)
+            if problem is not None:
+                return self._failed(config, Status.WRONG_RESULT, f"output {i}: {problem}")
+        writes_inputs = not self._inputs_intact()
+        fast = getattr(launcher, "launch", launcher)  # skip per-call argument checks while timing
+        args = (*self.inputs, *self.outputs)
+        try:
+            stats = self._time(lambda: fast(*args), restore=writes_inputs)
+        except Exception as exc:
+            return self._failed(config, Status.RUNTIME_ERROR, str(exc))
+        return Measurement(config=config, status=Status.OK, time=stats, threads=self.threads,
+                           message="kernel writes its inputs: restored before every run" if writes_inputs else "")
+
+    def measure(self, config: Config) -> Measurement:
+        failure = self.build(config)
+        return failure if failure is not None else self.run(config)
+
+    def time_eager(self) -> TimeStats:
+        """Time the eager reference on the same inputs (PyTorch ops one by one)."""
+        from kernelgen.reference import evaluate
+
+        return self._time(lambda: evaluate(self.graph, self.inputs), restore=False)
+
+    # ------------------------------------------------------------------------------------- helpers
+
+    def _failed(self, config: Config, status: Status, message: str) -> Measurement:
+        m = Measurement.failure(config, status, message)
+        return Measurement(config=config, status=status, message=m.message, threads=self.threads)
+
+    def _restore(self) -> None:
+        for (work, _), (pristine, _) in zip(self._work, self._pristine):
+            work.copy_(pristine)
+
+    def _inputs_intact(self) -> bool:
+        import torch
+
+        return all(torch.equal(work, pristine) for (work, _), (pristine, _) in zip(self._work, self._pristine))
+
+    def _poison_outputs(self) -> None:
+        # An output the kernel forgets to write then fails the check instead of passing by luck.
+        import torch
+
+        for out in self.outputs:
+            out.fill_(float("nan") if out.dtype.is_floating_point else (True if out.dtype == torch.bool else 77))
+
+    def _time(self, fn: Any, *, restore: bool) -> TimeStats:
+        p = self.policy
+        if not restore:
+            return self.backend.benchmark(fn, min_time=p.min_time, warmup=p.warmup,
+                                          min_repeats=p.min_repeats, max_repeats=p.max_repeats)
+        # In-place kernel: restore outside the timed region so the copy does not count.
+        for _ in range(p.warmup):
+            self._restore()
+            fn()
+        samples: list[float] = []
+        while len(samples) < p.max_repeats and (len(samples) < p.min_repeats or sum(samples) < p.min_time):
+            self._restore()
+            self.backend.synchronize()
+            start = time.perf_counter()
+            fn()
+            self.backend.synchronize()
+            samples.append(time.perf_counter() - start)
+        return TimeStats.from_samples(samples)
+
+
+def reference_outputs(graph: Graph, inputs: list[Any]) -> list[Any]:
+    """The eager reference's outputs for ``inputs`` (custom calls through the registry when it exists)."""
+    from kernelgen.reference import evaluate
+
+    custom = None
+    if "custom_call" in graph.ops():
+        custom = _custom_call_reference
+    return [t.clone() for t in evaluate(graph, [t.clone() for t in inputs], custom)]
+
+
+def _custom_call_reference(name: str) -> Any:
+    try:
+        from kernelgen import registry
+    except ModuleNotFoundError as exc:
+        raise KernelgenError(f"custom call {name!r} needs kernelgen.registry to compute its reference") from exc
+    lookup = getattr(registry, "reference", None)
+    if lookup is None:
+        raise KernelgenError(f"kernelgen.registry has no reference(name) to check custom call {name!r}")
+    return lookup(name)
+
+
+def _unexpected(exc: BaseException) -> str:
+    where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+    at = f" at {where[0].filename}:{where[0].lineno}" if where else ""
+    return f"{type(exc).__name__}: {exc}{at}"
+
+
+def pin_threads(threads: int) -> None:
+    """Fix the CPU thread count for this process (OpenMP and torch) before anything runs."""
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+    except ImportError:
+        pass
+
+
+__all__ = ["Bench", "TOLERANCES", "TimingPolicy", "compare", "make_inputs", "pin_threads", "reference_outputs"]

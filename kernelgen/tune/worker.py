@@ -1,0 +1,351 @@
+"""Isolated measurement: a worker subprocess speaking JSON lines, and the parent-side ``IsolatedMeasurer``.
+
+The worker rebuilds the implementation from (graph JSON, implementation name, backend) with
+``kernelgen.implementation.resolve`` (or, for implementations that set ``worker_factory =
+"module:callable"``, by calling that with ``(graph, backend)``), then builds and measures configs on
+request. The parent enforces a timeout per request: a worker that dies (even from a segfault) gives a
+``runtime_error`` measurement, one that hangs is killed and gives ``timeout``; either way a fresh worker
+replaces it and the tuning run goes on.
+
+Protocol (one JSON object per line; the worker's own stdout is redirected to stderr so kernels that
+print cannot corrupt it): ``setup`` -> ``{"ok": true}`` | ``{"error": msg}``; ``build`` / ``run`` with a
+config -> ``{"measurement": ...}`` (``build`` answers ``{"ok": true}`` when the config compiled);
+``eager`` -> ``{"time": ...}``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+from kernelgen.errors import KernelgenError
+from kernelgen.ir import Graph
+from kernelgen.values import Config, Measurement, Status, TimeStats
+
+WORKER_FACTORY_ATTR = "worker_factory"  # optional "module:callable" on an Implementation, see module docstring
+SETUP_TIMEOUT = 180.0  # importing torch and computing the reference; generous on a loaded machine
+BUILD_TIMEOUT = 600.0  # compiling one config
+
+
+class WorkerDied(Exception):
+    """The worker exited or hung; ``status`` says which (runtime_error or timeout)."""
+
+    def __init__(self, status: Status, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+# ------------------------------------------------------------------------------------------ parent side
+
+class WorkerProcess:
+    """One worker subprocess and a request/response call with a deadline. Not thread-safe: one per thread."""
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+        self._stderr = tempfile.TemporaryFile()
+        env = dict(os.environ)
+        # The worker must import what the parent can (fake implementations in tests, user packages).
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        env["OMP_NUM_THREADS"] = str(threads)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kernelgen.tune.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self._stderr, env=env, start_new_session=True,  # Ctrl-C reaches the parent only
+        )
+        self._buffer = b""
+        self.setup_key: str | None = None
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def call(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """Send ``request``; the response, or ``WorkerDied`` when the worker dies or exceeds ``timeout``."""
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise WorkerDied(Status.RUNTIME_ERROR, self._death_message()) from None
+        line = self._read_line(time.monotonic() + timeout)
+        if line is None:
+            if self.alive():
+                self.kill()
+                raise WorkerDied(Status.TIMEOUT, f"no answer within {timeout:g} s; the worker was killed")
+            raise WorkerDied(Status.RUNTIME_ERROR, self._death_message())
+        return json.loads(line)
+
+    def _read_line(self, deadline: float) -> bytes | None:
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while b"\n" not in self._buffer:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not sel.select(remaining):
+                    return None
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:  # EOF: the worker is gone
+                    self.proc.wait()
+                    return None
+                self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line
+
+    def _death_message(self) -> str:
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            code = self.proc.returncode
+        if code is not None and code < 0:
+            try:
+                how = f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"killed by signal {-code}"
+        else:
+            how = f"exited with code {code}"
+        return f"worker {how}; stderr: {self.stderr_tail() or '(empty)'}"
+
+    def stderr_tail(self, limit: int = 400) -> str:
+        try:
+            self._stderr.seek(0, os.SEEK_END)
+            size = self._stderr.tell()
+            self._stderr.seek(max(0, size - limit))
+            return " ".join(self._stderr.read().decode(errors="replace").split())
+        except (OSError, ValueError):
+            return ""
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # its own session: compilers die with it
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+        self.proc.wait()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.close()
+                self.proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+        self._stderr.close()
+
+
+_POOL: list[WorkerProcess] = []
+_POOL_LOCK = threading.Lock()
+
+
+def _acquire(threads: int) -> WorkerProcess:
+    """An idle live worker with ``threads`` threads (reused across graphs: importing torch is slow)."""
+    with _POOL_LOCK:
+        for i, w in enumerate(_POOL):
+            if w.threads == threads and w.alive():
+                return _POOL.pop(i)
+    return WorkerProcess(threads)
+
+
+def _release(worker: WorkerProcess) -> None:
+    if not worker.alive():
+        worker.close()
+        return
+    with _POOL_LOCK:
+        _POOL.append(worker)
+
+
+@atexit.register
+def _shutdown_pool() -> None:
+    with _POOL_LOCK:
+        workers, _POOL[:] = list(_POOL), []
+    for w in workers:
+        w.close()
+
+
+def implementation_spec(impl: Any) -> dict[str, Any]:
+    """What a worker needs to rebuild ``impl``: its name, backend and optional factory."""
+    return {"implementation": impl.name, "backend": impl.backend, "factory": getattr(impl, WORKER_FACTORY_ATTR, None)}
+
+
+class IsolatedMeasurer:
+    """Measures configs of one implementation in a worker process with timeouts; replaces dead workers.
+
+    ``measure(config)`` never raises for a per-config failure. Use one per thread; ``close()`` (or a
+    ``with`` block) returns the worker to a process-wide pool.
+    """
+
+    def __init__(self, impl: Any, *, seed: int = 0, policy: Any = None, timeout: float = 60.0,
+                 build_timeout: float = BUILD_TIMEOUT) -> None:
+        from kernelgen.tune.measure import TimingPolicy
+
+        self.policy = policy or TimingPolicy()
+        self.threads = self.policy.resolved_threads()
+        self.timeout, self.build_timeout = timeout, build_timeout
+        self._setup = {"op": "setup", "graph": impl.graph.to_json(), **implementation_spec(impl), "seed": seed,
+                       "policy": {**self.policy.to_json(), "threads": self.threads}}
+        self._key = json.dumps(self._setup, sort_keys=True)
+        self._worker: WorkerProcess | None = None
+        self.restarts = 0
+
+    def _ready(self) -> WorkerProcess:
+        if self._worker is None or not self._worker.alive():
+            if self._worker is not None:
+                self._worker.close()
+                self.restarts += 1
+            self._worker = _acquire(self.threads)
+        if self._worker.setup_key != self._key:
+            try:
+                reply = self._worker.call(self._setup, SETUP_TIMEOUT)
+            except WorkerDied as exc:
+                raise KernelgenError(f"the measurement worker failed to start: {exc}") from None
+            if "error" in reply:
+                raise KernelgenError(f"the measurement worker cannot set up {self._setup['implementation']!r}: "
+                                     f"{reply['error']}")
+            self._worker.setup_key = self._key
+        return self._worker
+
+    def measure(self, config: Config) -> Measurement:
+        worker = self._ready()
+        payload = {"config": config.to_json()}
+        try:
+            built = worker.call({"op": "build", **payload}, self.build_timeout)
+            if "measurement" in built:
+                return Measurement.from_json(built["measurement"])
+            reply = worker.call({"op": "run", **payload}, self.timeout)
+        except WorkerDied as exc:
+            worker.setup_key = None
+            return Measurement(config=config, status=exc.status, message=" ".join(str(exc).split())[:2000],
+                               threads=self.threads)
+        if "error" in reply:
+            return Measurement(config=config, status=Status.RUNTIME_ERROR, message=reply["error"], threads=self.threads)
+        return Measurement.from_json(reply["measurement"])
+
+    def eager(self) -> TimeStats | None:
+        """Time the eager reference in the worker; None when it fails."""
+        try:
+            reply = self._ready().call({"op": "eager"}, self.timeout)
+        except WorkerDied:
+            return None
+        return TimeStats.from_json(reply["time"]) if "time" in reply else None
+
+    def close(self) -> None:
+        if self._worker is not None:
+            _release(self._worker)
+            self._worker = None
+
+    def __enter__(self) -> "IsolatedMeasurer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class InProcessMeasurer:
+    """The same measurement without a worker (``isolate=False``): fast, but a crash ends the process."""
+
+    def __init__(self, impl: Any, *, seed: int = 0, policy: Any = None, **_: Any) -> None:
+        from kernelgen.target import Target
+        from kernelgen.tune.measure import Bench, TimingPolicy
+
+        self.bench = Bench(impl, Target.current(impl.backend), seed=seed, policy=policy or TimingPolicy())
+        self.restarts = 0
+
+    def measure(self, config: Config) -> Measurement:
+        return self.bench.measure(config)
+
+    def eager(self) -> TimeStats | None:
+        return self.bench.time_eager()
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> "InProcessMeasurer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ------------------------------------------------------------------------------------------ worker side
+
+def rebuild_implementation(graph: Graph, name: str, backend: str, factory: str | None) -> Any:
+    """The implementation a setup request names: through its factory when given, else ``resolve``."""
+    if factory:
+        module_name, _, attr = factory.partition(":")
+        return getattr(importlib.import_module(module_name), attr)(graph, backend)
+    from kernelgen.implementation import resolve
+
+    return resolve(graph, name, backend)
+
+
+class _Session:
+    def __init__(self) -> None:
+        self.bench: Any = None
+
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        op = request.get("op")
+        if op == "setup":
+            return self._setup(request)
+        if self.bench is None:
+            return {"error": "worker not set up"}
+        if op == "eager":
+            return {"time": self.bench.time_eager().to_json()}
+        config = Config.from_json(request["config"])
+        if op == "build":
+            failure = self.bench.build(config)
+            return {"ok": True} if failure is None else {"measurement": failure.to_json()}
+        if op == "run":
+            return {"measurement": self.bench.run(config).to_json()}
+        return {"error": f"unknown request {op!r}"}
+
+    def _setup(self, request: dict[str, Any]) -> dict[str, Any]:
+        from kernelgen.target import Target
+        from kernelgen.tune.measure import Bench, TimingPolicy, pin_threads
+
+        try:
+            policy = TimingPolicy.from_json(request["policy"])
+            pin_threads(policy.resolved_threads())
+            graph = Graph.from_json(request["graph"])
+            impl = rebuild_implementation(graph, request["implementation"], request["backend"], request.get("factory"))
+            self.bench = Bench(impl, Target.current(impl.backend), seed=int(request.get("seed", 0)), policy=policy)
+        except Exception as exc:  # reported to the parent, which raises it as a KernelgenError
+            self.bench = None
+            return {"error": f"{type(exc).__name__}: {exc}"}
+        return {"ok": True}
+
+
+def main() -> None:
+    # Protocol on a private copy of stdout; anything printed by kernels or libraries goes to stderr.
+    channel = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when a worker stops
+    session = _Session()
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            reply = session.handle(json.loads(line))
+        except Exception as exc:
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
+        channel.write(json.dumps(reply) + "\n")
+        channel.flush()
+
+
+__all__ = ["InProcessMeasurer", "IsolatedMeasurer", "WORKER_FACTORY_ATTR", "WorkerDied", "WorkerProcess",
+           "implementation_spec", "rebuild_implementation"]
+
+
+if __name__ == "__main__":
+    main()
+

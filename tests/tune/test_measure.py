@@ -1,0 +1,69 @@
+"""Measurement and isolation: each failure kind becomes its own status and the worker is replaced."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernelgen.target import Target
+from kernelgen.tune.measure import Bench, TimingPolicy, compare, make_inputs
+from kernelgen.tune.worker import IsolatedMeasurer
+from kernelgen.values import Config, Status, TensorSpec
+
+from tune_fakes import FakeImpl, relu_add_graph
+
+FAST = TimingPolicy(min_time=0.002, warmup=1, min_repeats=3, threads=1)
+
+
+def test_inputs_are_deterministic_and_respect_strides() -> None:
+    spec = TensorSpec((4, 3), "float32", (1, 4))
+    (_, a), = make_inputs((spec,), seed=3)
+    (_, b), = make_inputs((spec,), seed=3)
+    (_, c), = make_inputs((spec,), seed=4)
+    assert a.stride() == (1, 4) and torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_compare_tolerates_rounding_but_not_errors() -> None:
+    ref = torch.linspace(-3, 3, 100)
+    assert compare(ref * (1 + 1e-6), ref, "float32") is None
+    assert "outside" in compare(ref + 0.5, ref, "float32")
+    assert compare(torch.tensor([float("nan"), 1.0]), torch.tensor([float("nan"), 1.0]), "float32") is None
+    assert compare(torch.tensor([float("nan")]), torch.tensor([1.0]), "float32") is not None
+    assert "differ" in compare(torch.tensor([1, 2]), torch.tensor([1, 3]), "int64")
+
+
+def test_in_process_bench_checks_then_times() -> None:
+    bench = Bench(FakeImpl(relu_add_graph()), Target.current("cpp"), policy=FAST)
+    ok = bench.measure(Config(mode="ok", reps=1))
+    assert ok.status is Status.OK and ok.time.repeats >= 3 and ok.threads == 1
+    wrong = bench.measure(Config(mode="garbage", reps=1))
+    assert wrong.status is Status.WRONG_RESULT and "outside" in wrong.message
+    invalid = bench.measure(Config(mode="ok", reps=8))
+    assert invalid.status is Status.INVALID and "forbidden" in invalid.message
+    broken = bench.measure(Config(mode="syntax", reps=1))
+    assert broken.status is Status.COMPILE_ERROR and ".cpp" in broken.message
+
+
+def test_in_place_kernel_sees_restored_inputs() -> None:
+    bench = Bench(FakeImpl(relu_add_graph()), Target.current("cpp"), policy=FAST)
+    # The kernel overwrites x; without restoring, every later check would fail.
+    first = bench.measure(Config(mode="inplace", reps=1))
+    assert first.status is Status.OK and "restored" in first.message
+    assert bench.measure(Config(mode="inplace", reps=1)).status is Status.OK
+    assert bench.measure(Config(mode="ok", reps=1)).status is Status.OK
+
+
+@pytest.mark.timeout(120)
+def test_isolated_worker_survives_crash_hang_garbage_and_compile_error() -> None:
+    impl = FakeImpl(relu_add_graph())
+    with IsolatedMeasurer(impl, policy=FAST, timeout=3.0) as measurer:
+        results = {mode: measurer.measure(Config(mode=mode, reps=1))
+                   for mode in ("ok", "segv", "hang", "garbage", "syntax")}
+        after = measurer.measure(Config(mode="ok", reps=2))
+    assert results["ok"].status is Status.OK
+    assert results["segv"].status is Status.RUNTIME_ERROR and "SIGSEGV" in results["segv"].message
+    assert results["hang"].status is Status.TIMEOUT
+    assert results["garbage"].status is Status.WRONG_RESULT
+    assert results["syntax"].status is Status.COMPILE_ERROR and ".cpp" in results["syntax"].message
+    assert after.status is Status.OK  # a fresh worker took over
+    assert measurer.restarts >= 2

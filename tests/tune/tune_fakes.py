@@ -1,0 +1,85 @@
+"""Fake implementations for tuner tests: tiny C++ kernels that work, crash, hang, lie or fail to compile.
+
+Importable in a worker process (``worker_factory = "tune_fakes:make_fake"``): pytest puts this folder on
+``sys.path`` and the worker inherits the parent's ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+from kernelgen.implementation import Implementation
+from kernelgen.ir import Graph
+from kernelgen.space import Constraint, Param, SearchSpace
+from kernelgen.target import Target
+from kernelgen.values import Config, TensorSpec
+
+BODIES = {
+    "ok": "for (int64_t i = 0; i < n; ++i) { float v = x[i] + y[i]; out[i] = v > 0.f ? v : 0.f; }",
+    "segv": "raise(SIGSEGV);",
+    "hang": "volatile int spin = 1; while (spin) {}",
+    "garbage": "for (int64_t i = 0; i < n; ++i) out[i] = 42.0f;",
+    "syntax": "this is not C++ at all",
+    "inplace": "for (int64_t i = 0; i < n; ++i) { float v = x[i] + y[i]; out[i] = v > 0.f ? v : 0.f; x[i] = -1.f; }",
+}
+
+SOURCE = """
+#include <csignal>
+#include <cstdint>
+extern "C" void fake_kernel(void* const* ptrs, int64_t threads) {{
+  const int64_t n = {n};
+  float* x = static_cast<float*>(ptrs[0]);
+  float* y = static_cast<float*>(ptrs[1]);
+  float* out = static_cast<float*>(ptrs[2]);
+  (void)threads; (void)x; (void)y; (void)out;
+  for (int rep = 0; rep < {reps}; ++rep) {{ {body} }}
+}}
+"""
+
+
+def relu_add_graph(n: int = 256) -> Graph:
+    import torch
+
+    from kernelgen.ir import trace
+
+    return trace(lambda x, y: torch.relu(x + y), TensorSpec((n,), "float32"), TensorSpec((n,), "float32"))
+
+
+class FakeImpl(Implementation):
+    """relu(x + y) with a 'mode' parameter choosing the kernel's behaviour and 'reps' its cost."""
+
+    name = "fake"
+    backend = "cpp"
+    worker_factory = "tune_fakes:make_fake"
+
+    def __init__(self, graph: Graph, modes: tuple[str, ...] = tuple(BODIES)) -> None:
+        self.graph = graph
+        self.modes = modes
+
+    def source_hash(self) -> str:
+        return "fake-v1"
+
+    def space(self, target: Target) -> SearchSpace:
+        return SearchSpace([Param("mode", self.modes), Param("reps", (1, 2, 4, 8))],
+                           [Constraint("reps 8 is forbidden", lambda c: c["reps"] != 8)],
+                           default={"mode": self.modes[0], "reps": 1})
+
+    def build(self, config: Config, target: Target) -> Any:
+        from kernelgen.backends.cpp import build_shared_library
+
+        n = self.graph.signature[0].numel
+        text = SOURCE.format(n=n, reps=config["reps"], body=BODIES[config["mode"]])
+        lib = ctypes.CDLL(str(build_shared_library(text, name="fake")))
+        fn = lib.fake_kernel
+        fn.argtypes = (ctypes.POINTER(ctypes.c_void_p), ctypes.c_int64)
+
+        def launch(*tensors: Any) -> None:
+            fn((ctypes.c_void_p * len(tensors))(*[t.data_ptr() for t in tensors]), 1)
+
+        launch.lib = lib  # keep the library loaded
+        return launch
+
+
+def make_fake(graph: Graph, backend: str) -> FakeImpl:
+    return FakeImpl(graph)
