@@ -1,0 +1,4 @@
+"""Autotuning: search over a template's SearchSpace (Optuna), budgets, replay of recorded landscapes."""
+
+from kernelgen.tune.landscape import Landscape, LandscapeError, load_landscape, replay
+from kernelgen.tune.search import SAMPLERS, SearchResult, Searcher, run_search

@@ -1,0 +1,219 @@
+"""Optuna samplers that only ever propose valid, not-yet-evaluated configs of a ``Domain``.
+
+Each sampler proposes a whole config at once through ``sample_relative`` (every parameter is an index into
+its ordered choices). Built-in Optuna samplers (TPE, CMA-ES, QMC) are wrapped by ``ProjectedSampler``:
+their proposal is kept when valid and new, else moved to the nearest valid unseen config, so a constraint
+violation never costs a measurement. ``RandomSampler``, ``ExhaustiveSampler`` and ``BayesSampler`` pick
+straight from the valid set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+from optuna.samplers import BaseSampler
+from optuna.study import Study
+from optuna.trial import FrozenTrial, TrialState
+
+from kernelgen.tune.domain import Domain, Index
+
+# User attributes kernelgen writes on its trials (visible in optuna-dashboard).
+ATTR_STATUS = "kg_status"  # measurement status ("ok", "compile_error", ...) of an evaluated trial
+ATTR_SKIPPED = "kg_skipped"  # trial closed without a measurement (duplicate proposal); not an evaluation
+
+
+def distributions(domain: Domain) -> dict[str, BaseDistribution]:
+    """Optuna distributions over choice indices: ordered params as integers, the rest as categories."""
+    out: dict[str, BaseDistribution] = {}
+    for name, size, ordinal in zip(domain.names, domain.sizes, domain.ordinal):
+        n = int(size)
+        out[name] = IntDistribution(0, n - 1) if ordinal else CategoricalDistribution(tuple(range(n)))
+    return out
+
+
+@dataclass
+class History:
+    """What a study has evaluated (index rows, times; NaN = failed) and what is taken (evaluated or pending)."""
+
+    rows: list[Index] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+    seen: set[Index] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, study: Study, domain: Domain, exclude: int | None = None) -> "History":
+        hist = cls()
+        for t in study.get_trials(deepcopy=False):
+            if t.number == exclude or t.user_attrs.get(ATTR_SKIPPED):
+                continue
+            params = t.params if t.params else t.system_attrs.get("fixed_params", {})
+            if not all(name in params for name in domain.names):
+                continue
+            row = tuple(int(params[name]) for name in domain.names)
+            if t.state in (TrialState.RUNNING, TrialState.WAITING):
+                hist.seen.add(row)
+            elif ATTR_STATUS in t.user_attrs and t.state in (TrialState.COMPLETE, TrialState.FAIL):
+                ok = t.user_attrs[ATTR_STATUS] == "ok" and t.state is TrialState.COMPLETE
+                hist.rows.append(row)
+                hist.values.append(float(t.value) if ok else float("nan"))
+                hist.seen.add(row)
+        return hist
+
+
+class DomainSampler(BaseSampler):
+    """Base of kernelgen samplers: ``propose`` returns a valid unseen index row, or None when none is left.
+
+    Subclasses implement ``propose``; enqueued trials (fixed params: warm starts) are left alone.
+    Deterministic for a seed and a study history; not thread-safe (one per Searcher).
+    """
+
+    def __init__(self, domain: Domain, seed: int | None = None) -> None:
+        self.domain = domain
+        self._dists = distributions(domain)
+        self._seed = seed
+        self._rng = np.random.default_rng(seed)
+
+    def reseed_rng(self) -> None:
+        self._rng = np.random.default_rng()
+
+    def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return dict(self._dists)
+
+    def sample_relative(self, study: Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        if "fixed_params" in trial.system_attrs or not self._dists:
+            return {}
+        hist = History.of(study, self.domain, exclude=trial.number)
+        row = self.propose(study, trial, hist)
+        if row is None:
+            return {}
+        return {name: int(v) for name, v in zip(self.domain.names, row)}
+
+    def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        # Reached only when propose found nothing (space exhausted); the Searcher discards such trials.
+        k = self.domain.names.index(param_name)
+        return int(self._rng.integers(0, self.domain.sizes[k]))
+
+    def random_unseen(self, hist: History) -> Index | None:
+        cands = self.domain.unseen(hist.seen, self._rng)
+        if len(cands) == 0:
+            return None
+        return tuple(int(v) for v in cands[self._rng.integers(len(cands))])
+
+    def propose(self, study: Study, trial: FrozenTrial, hist: History) -> Index | None:
+        raise NotImplementedError
+
+
+class RandomSampler(DomainSampler):
+    """Uniform random search over the valid configs, without replacement."""
+
+    def propose(self, study: Study, trial: FrozenTrial, hist: History) -> Index | None:
+        return self.random_unseen(hist)
+
+
+class ExhaustiveSampler(DomainSampler):
+    """Every valid config in lexicographic order of choices (for small spaces or a complete landscape)."""
+
+    def propose(self, study: Study, trial: FrozenTrial, hist: History) -> Index | None:
+        cands = self.domain.unseen(hist.seen, self._rng)
+        if len(cands) == 0:
+            return None
+        if not self.domain.enumerated:  # unknown order of a sampled space: lowest index vector first
+            cands = cands[np.lexsort(cands.T[::-1])]
+        return tuple(int(v) for v in cands[0])
+
+
+class ProjectedSampler(DomainSampler):
+    """An Optuna sampler whose proposal is used when valid and unseen, else replaced by the nearest such.
+
+    A few fresh proposals are tried before projecting, since a stochastic sampler often moves off an
+    invalid point on its own; projection keeps the proposal's neighbourhood instead of jumping at random.
+    """
+
+    def __init__(self, domain: Domain, inner: BaseSampler, seed: int | None = None, tries: int = 3) -> None:
+        super().__init__(domain, seed)
+        self.inner = inner
+        self.tries = tries
+
+    def reseed_rng(self) -> None:
+        super().reseed_rng()
+        self.inner.reseed_rng()
+
+    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
+        self.inner.before_trial(study, trial)
+
+    def after_trial(self, study: Study, trial: FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
+        self.inner.after_trial(study, trial, state, values)
+
+    def propose(self, study: Study, trial: FrozenTrial, hist: History) -> Index | None:
+        row: Index | None = None
+        for _ in range(self.tries):
+            space = self.inner.infer_relative_search_space(study, trial)
+            params = dict(self.inner.sample_relative(study, trial, space)) if space else {}
+            for name, dist in self._dists.items():
+                if name not in params:
+                    params[name] = self.inner.sample_independent(study, trial, name, dist)
+            row = tuple(int(params[name]) for name in self.domain.names)
+            if row not in hist.seen and self.domain.is_valid(row):
+                return row
+        assert row is not None
+        return self.domain.nearest_unseen(row, hist.seen, self._rng)
+
+
+def failure_fill(values: np.ndarray) -> np.ndarray:
+    """Log-times with failures (NaN) replaced by the worst observed log-time: failed regions look bad."""
+    logs = np.log(np.where(np.isnan(values), 1.0, values))
+    ok = ~np.isnan(values)
+    worst = logs[ok].max() if ok.any() else 0.0
+    return np.where(ok, logs, worst)
+
+
+class BayesSampler(DomainSampler):
+    """Bayesian optimisation over the valid set: a GP on log-time, expected improvement over unseen configs.
+
+    ``n_init`` random configs first; then each proposal maximises expected improvement over every valid
+    unseen config (or a random sample plus the neighbours of the best ones when the space is too large to
+    enumerate). Parameters are ranks scaled to [0, 1]. Failed configs count as the worst time seen, so the
+    model steers away from regions that fail to compile or launch.
+    """
+
+    def __init__(self, domain: Domain, seed: int | None = None, n_init: int = 10) -> None:
+        super().__init__(domain, seed)
+        self.n_init = n_init
+        self._gp = None
+        self._fitted_at = 0
+
+    def propose(self, study: Study, trial: FrozenTrial, hist: History) -> Index | None:
+        values = np.asarray(hist.values, dtype=np.float64)
+        n_ok = int(np.count_nonzero(~np.isnan(values)))
+        if len(values) < self.n_init or n_ok < 2:
+            return self.random_unseen(hist)
+        cands = self.domain.unseen(hist.seen, self._rng)
+        if not self.domain.enumerated:
+            order = np.argsort(np.where(np.isnan(values), np.inf, values))[:5]
+            extra = [nb for i in order for nb in self.domain.neighbours(hist.rows[i], hist.seen)]
+            if extra:
+                cands = np.unique(np.vstack([cands, np.array(extra, dtype=np.int64)]), axis=0)
+        if len(cands) == 0:
+            return None
+        from kernelgen.tune.gp import GaussianProcess
+
+        X = self.domain.features(np.array(hist.rows, dtype=np.float64))
+        y = failure_fill(values)
+        if self._gp is None:
+            self._gp = GaussianProcess(X.shape[1])
+        n = len(y)
+        # Re-optimising hyperparameters every step buys little once there is data; refit on a schedule.
+        optimise = n < 40 or n - self._fitted_at >= max(1, n // 10)
+        if optimise:
+            self._fitted_at = n
+        self._gp.fit(X, y, optimise=optimise)
+        ei = self._gp.expected_improvement(self.domain.features(cands.astype(np.float64)), float(y.min()))
+        top = np.flatnonzero(ei >= ei.max() * (1 - 1e-9))
+        return tuple(int(v) for v in cands[self._rng.choice(top)])

@@ -1,0 +1,234 @@
+"""Ask/tell search over a ``SearchSpace`` through an Optuna study: samplers by name, budgets, early stop.
+
+The only module of kernelgen that creates Optuna studies. A study may live in any SQLAlchemy URL, so
+several processes or hosts can work on one study: each asks for configs nobody has evaluated or is
+evaluating. Every evaluated config is one trial carrying its ``Measurement`` in user attributes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import optuna
+from optuna.trial import Trial, TrialState
+
+from kernelgen.errors import KernelgenError
+from kernelgen.space import SearchSpace
+from kernelgen.tune.domain import Domain
+from kernelgen.tune.samplers import (ATTR_SKIPPED, ATTR_STATUS, BayesSampler, DomainSampler,
+                                     ExhaustiveSampler, History, ProjectedSampler, RandomSampler,
+                                     distributions)
+from kernelgen.values import Config, Measurement
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+ATTR_MEASUREMENT = "kg_measurement"
+DEFAULT_SAMPLER = "bo"  # what "auto" means; chosen by replaying recorded landscapes (benchmarks/bench_search.py)
+SAMPLERS: tuple[str, ...] = ("auto", "bo", "random", "tpe", "cmaes", "qmc", "exhaustive")
+
+
+def make_sampler(name: str, domain: Domain, seed: int | None = None) -> DomainSampler:
+    """The sampler called ``name`` over ``domain``; raises ``KernelgenError`` naming the valid names."""
+    if name == "auto":
+        name = DEFAULT_SAMPLER
+    if name == "bo":
+        return BayesSampler(domain, seed)
+    if name == "random":
+        return RandomSampler(domain, seed)
+    if name == "exhaustive":
+        return ExhaustiveSampler(domain, seed)
+    if name == "tpe":
+        with warnings.catch_warnings():  # "group" is marked experimental
+            warnings.simplefilter("ignore")
+            inner = optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True)
+        return ProjectedSampler(domain, inner, seed)
+    if name == "cmaes":
+        try:
+            import cmaes  # noqa: F401  (Optuna's CmaEsSampler needs it)
+        except ImportError:
+            raise KernelgenError("sampler 'cmaes' needs the cmaes package: pip install cmaes") from None
+        inner = optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False,
+                                             independent_sampler=optuna.samplers.RandomSampler(seed=seed))
+        return ProjectedSampler(domain, inner, seed)
+    if name == "qmc":
+        with warnings.catch_warnings():  # QMCSampler is marked experimental
+            warnings.simplefilter("ignore")
+            inner = optuna.samplers.QMCSampler(seed=seed, warn_asynchronous_seeding=False)
+        return ProjectedSampler(domain, inner, seed)
+    raise KernelgenError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """This run's measurements in evaluation order, the best OK measurement of the study, why it stopped."""
+
+    evaluated: tuple[Measurement, ...]
+    best: Measurement | None
+    stop_reason: str  # "trials", "seconds", "patience" or "exhausted"
+
+
+class Searcher:
+    """Ask/tell over a SearchSpace through an Optuna study.
+
+    ``ask`` returns a valid config that no trial of the study has evaluated or is evaluating, or None once
+    the valid space is exhausted; ``tell`` records its measurement (failures included, as data). Several
+    Searchers may share one study through ``storage`` (a SQLAlchemy URL) and ``study_name``. One Searcher
+    is not thread-safe.
+    """
+
+    def __init__(self, space: SearchSpace, *, sampler: str = "auto", seed: int | None = None,
+                 storage: str | None = None, study_name: str | None = None,
+                 warm_start: Sequence[Config] = (), objective_name: str = "time") -> None:
+        self.space = space
+        self.domain = Domain(space)
+        self.sampler_name = DEFAULT_SAMPLER if sampler == "auto" else sampler
+        self._sampler = make_sampler(sampler, self.domain, seed)
+        try:
+            self.study = optuna.create_study(storage=storage, study_name=study_name, sampler=self._sampler,
+                                             direction="minimize", load_if_exists=True)
+        except Exception as exc:  # bad URL, unreachable server, incompatible schema
+            raise KernelgenError(f"cannot open the Optuna study {study_name!r} at {storage!r}: {exc}") from exc
+        if self.study.metric_names is None:
+            with warnings.catch_warnings():  # experimental in some Optuna versions; the name is cosmetic
+                warnings.simplefilter("ignore")
+                self.study.set_metric_names([objective_name])
+        self._pending: dict[Config, Trial] = {}
+        self._enqueue(warm_start)
+
+    def _enqueue(self, configs: Sequence[Config]) -> None:
+        hist = History.of(self.study, self.domain)
+        for config in configs:
+            config = Config(dict(config))
+            if not self.space.is_valid(config):
+                continue
+            row = self.domain.encode(config)
+            if row in hist.seen:
+                continue
+            hist.seen.add(row)
+            self.study.enqueue_trial(dict(zip(self.domain.names, row)), skip_if_exists=True)
+
+    def _history(self) -> History:
+        return History.of(self.study, self.domain)
+
+    def ask(self) -> Config | None:
+        for _ in range(16):
+            hist = self._history()
+            size = self.domain.size
+            if size is not None and len(hist.seen) >= size:
+                return None
+            trial = self.study.ask(distributions(self.domain))
+            row = tuple(int(trial.params[name]) for name in self.domain.names)
+            config = self.domain.decode(row)
+            if row in hist.seen or not self.space.is_valid(config):
+                # A warm start another worker took meanwhile, or nothing unseen was left to propose.
+                trial.set_user_attr(ATTR_SKIPPED, True)
+                self.study.tell(trial, state=TrialState.FAIL)
+                continue
+            trial.set_user_attr("config", config.to_json())
+            self._pending[config] = trial
+            return config
+        return None
+
+    def tell(self, config: Config, measurement: Measurement) -> None:
+        trial = self._pending.pop(Config(dict(config)), None)
+        if trial is None:
+            raise KernelgenError(f"tell() for config {dict(config)} that this Searcher did not ask")
+        trial.set_user_attr(ATTR_STATUS, measurement.status.value)
+        trial.set_user_attr(ATTR_MEASUREMENT, measurement.to_json())
+        if measurement.ok:
+            assert measurement.time is not None
+            self.study.tell(trial, measurement.time.median)
+        else:
+            # FAIL keeps the study honest (dashboard, best trial); kernelgen's samplers read the status and
+            # treat the config as the worst time seen, so failing regions are avoided.
+            self.study.tell(trial, state=TrialState.FAIL)
+
+    def abandon(self, config: Config) -> None:
+        """Close an asked config without a measurement (the measurer raised); it may be asked again."""
+        trial = self._pending.pop(Config(dict(config)), None)
+        if trial is not None:
+            self.study.tell(trial, state=TrialState.FAIL)
+
+    def measurements(self) -> list[Measurement]:
+        """Every measurement of the study in trial order (this and other workers, earlier runs)."""
+        out = []
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
+            data = t.user_attrs.get(ATTR_MEASUREMENT)
+            if data is not None:
+                out.append(Measurement.from_json(data))
+        return out
+
+    @property
+    def best(self) -> tuple[Config, float] | None:
+        best = _best(self.measurements())
+        return None if best is None else (best.config, best.time.median)  # type: ignore[union-attr]
+
+    @property
+    def n_evaluated(self) -> int:
+        return len(self._history().rows)
+
+
+def _best(measurements: Sequence[Measurement]) -> Measurement | None:
+    ok = [m for m in measurements if m.ok]
+    # Ties break on the config key so every worker and rerun names the same winner.
+    return min(ok, key=lambda m: (m.time.median, m.config.key())) if ok else None  # type: ignore[union-attr]
+
+
+def run_search(space: SearchSpace, measure: Callable[[Config], Measurement], *, trials: int | None = None,
+               seconds: float | None = None, patience: int | None = None, sampler: str = "auto",
+               seed: int | None = None, storage: str | None = None, study_name: str | None = None,
+               warm_start: Sequence[Config] = (),
+               on_trial: Callable[[int, Config, Measurement], None] | None = None) -> SearchResult:
+    """Ask, measure, tell until a budget ends: ``trials`` evaluations by this call, ``seconds`` of wall time,
+    ``patience`` evaluations without a new best, or the valid space is exhausted (with no budget given,
+    exhaustion is the only stop). A measurer that raises ends the run with that exception; a failed config
+    must come back as a ``Measurement`` with a failure status instead.
+    """
+    for name, value in (("trials", trials), ("seconds", seconds), ("patience", patience)):
+        if value is not None and (not math.isfinite(value) or value <= 0):
+            raise KernelgenError(f"budget {name}={value} must be a positive number (or omitted)")
+    searcher = Searcher(space, sampler=sampler, seed=seed, storage=storage, study_name=study_name,
+                        warm_start=warm_start)
+    start = time.monotonic()
+    evaluated: list[Measurement] = []
+    best = math.inf
+    since_best = 0
+    stop = "exhausted"
+    while True:
+        if trials is not None and len(evaluated) >= trials:
+            stop = "trials"
+            break
+        if seconds is not None and time.monotonic() - start >= seconds:
+            stop = "seconds"
+            break
+        if patience is not None and since_best >= patience:
+            stop = "patience"
+            break
+        config = searcher.ask()
+        if config is None:
+            break
+        try:
+            measurement = measure(config)
+        except BaseException:
+            searcher.abandon(config)
+            raise
+        if not isinstance(measurement, Measurement):
+            searcher.abandon(config)
+            raise TypeError(f"the measurer returned {type(measurement).__name__}, not a Measurement")
+        searcher.tell(config, measurement)
+        evaluated.append(measurement)
+        if measurement.ok and measurement.time.median < best:  # type: ignore[union-attr]
+            best = measurement.time.median  # type: ignore[union-attr]
+            since_best = 0
+        else:
+            since_best += 1
+        if on_trial is not None:
+            on_trial(len(evaluated) - 1, config, measurement)
+    return SearchResult(tuple(evaluated), _best(searcher.measurements()), stop)
+
+
+__all__ = ["SAMPLERS", "SearchResult", "Searcher", "make_sampler", "run_search"]
