@@ -1,0 +1,113 @@
+"""A registered custom call applied to one graph: the ``Implementation`` the tuner and dispatcher see.
+
+``build(config, target)`` loads (compiles, cached) the kernel, wraps the entry's launcher in one that
+validates the tensors it is given, and checks it against the reference the first time each
+(workload, config) is built in this process. A call that fails its check raises ``CheckFailedError``
+every time it is built, so it never runs in dispatch; the reason is logged and recorded.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from kernelgen.custom_calls import checks, get_language
+from kernelgen.errors import InputMismatchError, KernelgenError
+from kernelgen.implementation import Implementation, Launcher
+from kernelgen.ir import Graph
+from kernelgen.space import SearchSpace
+from kernelgen.target import Target
+from kernelgen.values import Config, TensorSpec
+
+_verdicts: dict[tuple[str, str, str, str], str] = {}  # (implementation, source hash, workload, config) -> ''|reason
+_verdict_lock = threading.Lock()
+
+
+class _BoundLauncher:
+    """The entry's launcher with its kernel and config bound; called with inputs then outputs."""
+
+    def __init__(self, entry: Any, graph: Graph, kernel: Any, config: Config, device: str) -> None:
+        self.entry, self.kernel, self.config, self.device = entry, kernel, config, device
+        self.specs: tuple[TensorSpec, ...] = graph.signature + graph.output_specs
+        self.n_inputs = len(graph.signature)
+
+    def check(self, tensors: tuple[Any, ...]) -> None:
+        if len(tensors) != len(self.specs):
+            raise InputMismatchError(f"{self.entry.implementation_name} takes {len(self.specs)} tensors "
+                                     f"(inputs then outputs), got {len(tensors)}")
+        for i, (t, spec) in enumerate(zip(tensors, self.specs)):
+            if not hasattr(t, "data_ptr"):
+                raise InputMismatchError(f"argument {i} of {self.entry.implementation_name} must be a torch tensor")
+            actual = TensorSpec.of(t)
+            if actual != spec:
+                raise InputMismatchError(f"argument {i} is {actual.dtype}{list(actual.shape)} strides "
+                                         f"{list(actual.effective_strides())}; {self.entry.implementation_name} "
+                                         f"was built for {spec.dtype}{list(spec.shape)} (contiguous)")
+            if t.device.type != self.device:
+                raise InputMismatchError(f"argument {i} is on {t.device.type}; "
+                                         f"{self.entry.implementation_name} runs on {self.device} tensors")
+
+    def launch(self, *tensors: Any) -> None:
+        inputs, outputs = list(tensors[: self.n_inputs]), list(tensors[self.n_inputs:])
+        if self.entry.wants_kernel:
+            self.entry.launcher(inputs, outputs, self.config, kernel=self.kernel)
+        else:
+            self.entry.launcher(inputs, outputs, self.config)
+
+    def __call__(self, *tensors: Any) -> None:
+        self.check(tensors)
+        self.launch(*tensors)
+
+
+class CustomCallImplementation(Implementation):
+    """One registered custom call (``entry``) implementing ``graph`` on ``backend`` (platform ``platform``)."""
+
+    def __init__(self, entry: Any, graph: Graph, backend: str, platform: str) -> None:
+        self.entry = entry
+        self.graph = graph
+        self.backend = backend
+        self.platform = platform
+        self.name = entry.implementation_name
+
+    @property
+    def device(self) -> str:
+        return "cuda" if self.platform in ("cuda", "hip") else "cpu"
+
+    def source_hash(self) -> str:
+        return self.entry.source_hash()
+
+    def space(self, target: Target) -> SearchSpace:
+        return self.entry.space(self.graph.signature, target)
+
+    def build(self, config: Config, target: Target) -> Launcher:
+        config = Config(dict(config))
+        problems = self.space(target).violations(config)
+        if problems:
+            raise KernelgenError(f"config {dict(config)} is invalid for {self.name}: {'; '.join(problems)}")
+        kernel = get_language(self.entry.language).load(self.entry, config)
+        launcher = _BoundLauncher(self.entry, self.graph, kernel, config, self.device)
+        self.verify(launcher, config)
+        return launcher
+
+    def verify(self, launcher: _BoundLauncher, config: Config) -> None:
+        """Check against the reference once per (workload, config) in this process; raise if it failed."""
+        key = (self.name, self.source_hash(), self.graph.workload_key, config.key())
+        with _verdict_lock:
+            verdict = _verdicts.get(key)
+        if verdict is None:
+            verdict = checks.run_check(self.entry, self.graph, launcher, self.device)
+            checks.record(self.entry, self.graph.workload_key, self.graph.signature, config, verdict)
+            with _verdict_lock:
+                _verdicts[key] = verdict
+        if verdict:
+            raise checks.CheckFailedError(f"{self.name} failed its check against the reference with config "
+                                          f"{dict(config)}: {verdict}")
+
+    def __repr__(self) -> str:
+        return f"CustomCallImplementation({self.name!r}, backend={self.backend!r}, platform={self.platform!r})"
+
+
+def forget_verdicts() -> None:
+    """Drop the in-process check results (tests; after editing a kernel in a long-lived process)."""
+    with _verdict_lock:
+        _verdicts.clear()

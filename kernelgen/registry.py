@@ -1,0 +1,242 @@
+"""The custom-call registry: ``register_custom_call`` puts hand-written kernels (C++, Triton, CUDA, HIP,
+SYCL) beside the generated templates, and ``candidates(graph, backend)`` offers them to the tuner and
+the dispatcher as ``Implementation``s.
+
+A call implements a name the user's function invokes (``custom_call("rms_norm", x, w)``, traced as one
+opaque node) and/or a subgraph pattern (``replaces=fn``: graphs structurally equal to ``fn`` traced at
+their own input specs). Registrations are validated eagerly; toolchains are probed lazily.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from kernelgen.errors import RegistryError
+from kernelgen.ir import Graph
+from kernelgen.target import Target
+
+_Launcher = Callable[..., None]
+
+
+class Registry:
+    """Registered custom calls, keyed by (name, language, variant). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._entries: dict[tuple[str, str, str], Any] = {}
+        self._matches: dict[tuple, bool] = {}  # (entry key, workload key) -> does `replaces` match
+        self._defaults_loaded = False
+        self._load_error: RegistryError | None = None
+
+    def add(self, entry: Any) -> None:
+        """Add a validated entry; ``RegistryError`` on a duplicate or an inconsistent same-name call."""
+        with self._lock:
+            for other in self._entries.values():
+                if other.key == entry.key and set(other.platforms) & set(entry.platforms):
+                    shared = sorted(set(other.platforms) & set(entry.platforms))
+                    raise RegistryError(
+                        f"custom call {entry.name!r} is already registered for language {entry.language!r} on "
+                        f"{shared} (by {other.origin}); pass variant='...' to register another version")
+                if other.name == entry.name and other.arity != entry.arity:
+                    raise RegistryError(f"custom call {entry.name!r} ({entry.language}) takes {entry.arity} inputs "
+                                        f"but its {other.language} version takes {other.arity}")
+            self._entries[entry.key] = entry
+
+    def entries(self) -> list[Any]:
+        with self._lock:
+            return sorted(self._entries.values(), key=lambda e: (e.name, e.language, e.variant))
+
+    def names(self) -> list[str]:
+        return sorted({e.name for e in self.entries()})
+
+    def reference_for(self, name: str) -> Callable[..., Any]:
+        for entry in self.entries():
+            if entry.name == name:
+                return entry.reference
+        known = ", ".join(self.names()) or "none"
+        raise RegistryError(f"no custom call named {name!r} is registered; registered: {known}. "
+                            "Register it with @kernelgen.register_custom_call or add its folder to "
+                            "KERNELGEN_REGISTRY_PATH")
+
+    def load_defaults(self) -> None:
+        """Load the project's ``registry/``, ``$KERNELGEN_REGISTRY_PATH`` folders and entry points, once."""
+        from kernelgen.custom_calls import loading
+
+        with self._lock:
+            if not self._defaults_loaded:
+                self._defaults_loaded = True
+                try:
+                    folders = [f for f in [loading.project_registry()] if f is not None] + loading.env_folders()
+                    for folder in folders:
+                        loading.load_folder(folder)
+                    loading.load_entry_points()
+                except RegistryError as exc:
+                    self._load_error = exc
+            if self._load_error is not None:
+                raise self._load_error
+
+    def implements(self, entry: Any, graph: Graph) -> bool:
+        """True when ``entry`` computes ``graph``: the graph is exactly its named call, or its pattern."""
+        if not entry.accepts(graph.signature) or any(not s.is_contiguous for s in graph.output_specs):
+            return False
+        if _is_call_of(graph, entry.name):
+            return True
+        if entry.replaces is None or "custom_call" in graph.ops():
+            return False
+        key = (entry.key, graph.workload_key)
+        with self._lock:
+            if key in self._matches:
+                return self._matches[key]
+        from kernelgen.errors import KernelgenError
+        from kernelgen.ir import trace
+
+        try:
+            found = trace(entry.replaces, *graph.signature).workload_key == graph.workload_key
+        except KernelgenError:
+            found = False
+        with self._lock:
+            self._matches[key] = found
+        return found
+
+
+def _is_call_of(graph: Graph, name: str) -> bool:
+    """The graph is its inputs and one ``custom_call(name)`` of them, in order, as its only output."""
+    body = [i for i, n in enumerate(graph.nodes) if n.op != "input"]
+    if len(body) != 1 or graph.outputs != (body[0],):
+        return False
+    node = graph.nodes[body[0]]
+    return node.op == "custom_call" and node.attr("name") == name and node.inputs == graph.input_ids
+
+
+_active = Registry()
+_active_lock = threading.Lock()
+
+
+def default_registry() -> Registry:
+    return _active
+
+
+@contextlib.contextmanager
+def use_registry(registry: Registry | None = None, *, load_defaults: bool = False) -> Iterator[Registry]:
+    """Make ``registry`` (default: a new, empty one) the active registry inside the block (tests, tools)."""
+    global _active
+    registry = registry if registry is not None else Registry()
+    if not load_defaults:
+        registry._defaults_loaded = True
+    with _active_lock:
+        previous, _active = _active, registry
+    try:
+        yield registry
+    finally:
+        with _active_lock:
+            _active = previous
+
+
+def register_custom_call(name: str, *, language: str, platforms: Sequence[str] | None = None,
+                         params: Mapping[str, Sequence[Any]] | None = None, constraints: Any = None,
+                         reference: Callable[..., Any] | None = None, source: Any = None,
+                         library: str | Path | None = None, symbol: str | None = None,
+                         replaces: Callable[..., Any] | None = None, variant: str = "",
+                         inputs: Sequence[str] | None = None, dtypes: Sequence[str] | None = None,
+                         examples: Sequence[Sequence[Any]] | None = None, default: Mapping[str, Any] | None = None,
+                         tolerance: float | None = None, options: Sequence[str] = (),
+                         defines: Sequence[str] | bool = ()) -> Callable[[_Launcher], _Launcher]:
+    """Decorate a launcher ``(inputs, outputs, config[, kernel]) -> None`` to register a custom call.
+
+    ``language``: cpp | triton | cuda | hip | sycl. ``source``: a file (relative to the launcher's file)
+    or source text (or a ``@triton.jit`` kernel); ``library`` + ``symbol``: a prebuilt shared library.
+    ``params``: name -> choices, tuned like a template's; ``constraints``: functions of param names (and
+    ``specs``, ``target``) that must hold; ``defines``: params compiled in as ``-DNAME=value`` (True: all).
+    ``reference``: a torch function of the inputs (defaults to ``replaces``). ``examples``: input specs
+    ``kernelgen registry check`` runs. ``variant`` distinguishes versions of one (name, language).
+    Raises ``RegistryError`` for an invalid registration; a missing toolchain only marks it unavailable.
+    """
+    from kernelgen.custom_calls.entry import make_entry
+
+    def decorate(launcher: _Launcher) -> _Launcher:
+        entry = make_entry(launcher, name=name, language=language, platforms=platforms, params=params,
+                           constraints=constraints, reference=reference, source=source, library=library,
+                           symbol=symbol, replaces=replaces, variant=variant, inputs=inputs, dtypes=dtypes,
+                           examples=examples, default=default, tolerance=tolerance, options=options,
+                           defines=defines)
+        default_registry().add(entry)
+        return launcher
+
+    return decorate
+
+
+def custom_call(name: str, *tensors: Any) -> Any:
+    """Invoke the registered custom call ``name``: its reference when run eagerly (or on meta tensors),
+    one opaque ``custom_call`` node when traced."""
+    import torch.fx
+
+    proxy = next((t for t in tensors if isinstance(t, torch.fx.Proxy)), None)
+    if proxy is not None:
+        return proxy.tracer.create_proxy("call_function", custom_call, (name, *tensors), {})
+    return reference_for(name)(*tensors)
+
+
+custom_call._kernelgen_custom_call = True  # type: ignore[attr-defined]  # lowering maps it to the IR op
+
+
+def load_default_registries() -> None:
+    """Load the default registry folders and entry points into the active registry (once)."""
+    default_registry().load_defaults()
+
+
+def load_folder(folder: str | Path) -> list[Path]:
+    """Import a team's registry folder now (beside ``KERNELGEN_REGISTRY_PATH``); returns the files loaded."""
+    from kernelgen.custom_calls.loading import load_folder as _load
+
+    return _load(folder)
+
+
+def reference_for(name: str) -> Callable[..., Any]:
+    """The reference function of the custom call ``name`` (what ``reference.evaluate`` runs for it)."""
+    registry = default_registry()
+    try:
+        return registry.reference_for(name)
+    except RegistryError:
+        registry.load_defaults()
+        return registry.reference_for(name)
+
+
+def entries() -> list[Any]:
+    load_default_registries()
+    return default_registry().entries()
+
+
+def candidates(graph: Graph, backend: str) -> list[Any]:
+    """Custom-call ``Implementation``s of ``graph`` runnable here on ``backend``, in registration-key order.
+
+    Only entries that can run here on a platform served by ``backend`` and have a valid config for the
+    graph's inputs are offered; each is checked against the reference on first build.
+    """
+    from kernelgen.custom_calls import get_language
+    from kernelgen.custom_calls.base import backend_for
+    from kernelgen.custom_calls.implementation import CustomCallImplementation
+
+    load_default_registries()
+    registry = default_registry()
+    found = []
+    for entry in registry.entries():
+        if not registry.implements(entry, graph):
+            continue
+        availability = get_language(entry.language).availability(entry)
+        if not availability.runnable or backend_for(entry.language, availability.platform) != backend:
+            continue
+        impl = CustomCallImplementation(entry, graph, backend, availability.platform)
+        try:
+            impl.space(Target.current(backend)).default()
+        except ValueError:  # no config fits these inputs (constraints over `specs`)
+            continue
+        found.append(impl)
+    return found
+
+
+__all__ = ["Registry", "RegistryError", "candidates", "custom_call", "default_registry", "entries",
+           "load_default_registries", "load_folder", "reference_for", "register_custom_call", "use_registry"]
