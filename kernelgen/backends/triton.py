@@ -1,28 +1,146 @@
 """The Triton backend: compile rendered ``@triton.jit`` source and launch it on a GPU, or on torch CPU
 tensors under ``TRITON_INTERPRET=1`` where there is no GPU (correctness only: interpreter timings are
-meaningless)."""
+meaningless).
+
+A rendered Triton ``Source`` carries its launch facts in ``meta``: ``signature`` (JSON list of the
+TensorSpecs of inputs then outputs), ``grid`` (JSON list of ints), ``constexprs`` (JSON object passed as
+keyword arguments), ``num_warps`` and ``num_stages``. The text is written to the kernel cache and
+imported as a module: it is our own generated code, never a user's file.
+"""
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 from kernelgen.backends.base import Backend, Kernel
-from kernelgen.errors import ToolchainUnavailableError
+from kernelgen.errors import CompileError, InputMismatchError, ToolchainUnavailableError
+from kernelgen.paths import atomic_write_text, cache_dir
 from kernelgen.target import Target
-from kernelgen.values import Source
+from kernelgen.values import Source, TensorSpec, TimeStats
+
+_TRUE = ("1", "true", "yes", "on")
+
+
+def interpreter_requested() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "").strip().lower() in _TRUE
+
+
+def interpreter_active() -> bool:
+    """True when Triton runs kernels in its interpreter in this process.
+
+    Triton decides at import time (``tl.sum`` and friends are decorated then), so the environment
+    variable must be set before the first ``import triton``.
+    """
+    if not interpreter_requested():
+        return False
+    if "triton" not in sys.modules:
+        return True
+    import triton.language as tl
+
+    return type(tl.sum).__name__ == "InterpretedFunction"
+
+
+def launch_meta(source: Source) -> tuple[tuple[TensorSpec, ...] | None, tuple[int, ...], dict[str, Any], int, int]:
+    """``(specs, grid, constexprs, num_warps, num_stages)`` from a rendered source's meta."""
+    meta = source.meta
+    signature = meta.get("signature")
+    specs = tuple(TensorSpec.from_json(s) for s in json.loads(signature)) if signature else None
+    grid = tuple(int(g) for g in json.loads(meta.get("grid", "[1]")))
+    constexprs = json.loads(meta.get("constexprs", "{}"))
+    return specs, grid, constexprs, int(meta.get("num_warps", 4)), int(meta.get("num_stages", 2))
+
+
+def write_module(source: Source) -> Path:
+    """The cached file holding ``source.text`` (written atomically once per source hash)."""
+    path = cache_dir() / "triton" / source.hash[:2] / f"{source.entry}_{source.hash}.py"
+    if not path.exists():
+        atomic_write_text(path, source.text)
+    return path
+
+
+class TritonKernel(Kernel):
+    """A ``@triton.jit`` function with its grid, launch options and the tensor specs it was rendered for."""
+
+    def __init__(self, source: Source, fn: Any, path: Path, device: str) -> None:
+        self.source = source
+        self.path = path
+        self.fn = fn
+        self.device = device  # "cpu" under the interpreter, else "cuda" (ROCm also reports cuda)
+        self.specs, self.grid, self.constexprs, self.num_warps, self.num_stages = launch_meta(source)
+
+    def check(self, tensors: tuple[Any, ...]) -> None:
+        """Raise ``InputMismatchError`` unless ``tensors`` match the specs and device of this kernel."""
+        if self.specs is None:
+            return
+        if len(tensors) != len(self.specs):
+            raise InputMismatchError(f"kernel {self.source.entry} takes {len(self.specs)} tensors "
+                                     f"(inputs then outputs), got {len(tensors)}")
+        for i, (t, spec) in enumerate(zip(tensors, self.specs)):
+            if not hasattr(t, "stride") or t.device.type != self.device:
+                where = "CPU (Triton interpreter)" if self.device == "cpu" else "GPU"
+                raise InputMismatchError(f"argument {i} must be a {where} torch tensor for this Triton kernel")
+            actual = TensorSpec.of(t)
+            if actual != spec:
+                raise InputMismatchError(f"argument {i} is {actual.dtype}{list(actual.shape)} strides "
+                                         f"{list(actual.effective_strides())}; the kernel was built for "
+                                         f"{spec.dtype}{list(spec.shape)} strides {list(spec.effective_strides())}")
+
+    def launch(self, *tensors: Any) -> None:
+        """Launch without checks. Triton compiles on the first launch, so compile failures surface here."""
+        if any(g == 0 for g in self.grid):
+            return  # empty problem
+        try:
+            self.fn[self.grid](*tensors, num_warps=self.num_warps, num_stages=self.num_stages, **self.constexprs)
+        except Exception as exc:
+            from triton.compiler.errors import CompilationError
+            from triton.runtime.errors import InterpreterError
+
+            # The interpreter reports what the compiler would reject (bad shapes, types) as InterpreterError.
+            if isinstance(exc, (CompilationError, InterpreterError)):
+                raise CompileError(f"triton failed on {self.path}: {' '.join(str(exc).split())[:500]}") from exc
+            raise
+
+    def __call__(self, *tensors: Any) -> None:
+        self.check(tensors)
+        self.launch(*tensors)
 
 
 class TritonBackend(Backend):
+    """Triton on a CUDA/ROCm GPU, or Triton's interpreter on torch CPU tensors (no GPU)."""
+
     name = "triton"
     language = "triton"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kernels: dict[str, TritonKernel] = {}
 
     def is_available(self) -> bool:
         try:
             import triton  # noqa: F401
         except ImportError:
             return False
-        return True
+        return self.has_gpu() or interpreter_active()
 
     def unavailable_reason(self) -> str:
-        return "" if self.is_available() else "triton is not installed: pip install triton"
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            return "triton is not installed: pip install triton"
+        if self.has_gpu() or interpreter_active():
+            return ""
+        if interpreter_requested():
+            return ("TRITON_INTERPRET=1 was set after triton was imported; set it before the first "
+                    "`import triton` (e.g. in the shell: TRITON_INTERPRET=1 python ...)")
+        return ("no CUDA/ROCm GPU: to run Triton kernels on the CPU set TRITON_INTERPRET=1 before triton is "
+                "imported (slow, for correctness only)")
 
     def has_gpu(self) -> bool:
         try:
@@ -34,5 +152,67 @@ class TritonBackend(Backend):
     def target(self) -> Target:
         return Target.current("triton")
 
-    def compile(self, source: Source) -> Kernel:
-        raise ToolchainUnavailableError("the Triton backend's compile is not built yet")
+    def compile(self, source: Source) -> TritonKernel:
+        if source.language != "triton":
+            raise CompileError(f"the Triton backend cannot compile {source.language!r} source {source.entry}")
+        reason = self.unavailable_reason()
+        if reason:
+            raise ToolchainUnavailableError(reason)
+        with self._lock:
+            cached = self._kernels.get(source.hash)
+        if cached is not None:
+            return cached
+        path = write_module(source)
+        fn = load_entry(path, source.entry)
+        kernel = TritonKernel(source, fn, path, "cuda" if self.has_gpu() and not interpreter_active() else "cpu")
+        with self._lock:
+            self._kernels[source.hash] = kernel
+        return kernel
+
+    def synchronize(self) -> None:
+        if self.has_gpu() and not interpreter_active():
+            import torch
+
+            torch.cuda.synchronize()
+
+    def benchmark(self, fn: Callable[[], Any], *, min_time: float = 0.1, warmup: int = 2,
+                  min_repeats: int = 5, max_repeats: int = 200) -> TimeStats:
+        """On a GPU: CUDA-event timing with the L2 flushed between runs (as ``triton.testing.do_bench``);
+        under the interpreter: wall-clock timing (meaningless for tuning, but it runs)."""
+        if not self.has_gpu() or interpreter_active():
+            return super().benchmark(fn, min_time=min_time, warmup=warmup, min_repeats=min_repeats,
+                                     max_repeats=max_repeats)
+        import torch
+
+        flush = torch.empty(256 * 2**20 // 4, dtype=torch.int32, device="cuda")
+        for _ in range(warmup):
+            fn()
+        torch.cuda.synchronize()
+        samples: list[float] = []
+        total = 0.0
+        while len(samples) < max_repeats and (len(samples) < min_repeats or total < min_time):
+            flush.zero_()  # cold L2, as a kernel inside a model sees it
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            elapsed = start.elapsed_time(end) / 1e3
+            samples.append(elapsed)
+            total += elapsed
+        return TimeStats.from_samples(samples)
+
+
+def load_entry(path: Path, entry: str) -> Any:
+    """Import the generated module at ``path`` and return its ``entry`` function."""
+    name = f"kernelgen_triton_{path.stem}"
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # triton reads the function's source through its module
+        spec.loader.exec_module(module)
+        return getattr(module, entry)
+    except Exception as exc:
+        sys.modules.pop(name, None)
+        raise CompileError(f"cannot load Triton source {path}: {type(exc).__name__}: {exc}") from exc

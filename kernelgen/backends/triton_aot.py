@@ -1,0 +1,298 @@
+"""Ahead-of-time compile of rendered Triton kernels for a named GPU (``Target.gpu("sm_90")``, ``"gfx942"``)
+without the GPU, reporting shared memory, registers and spills so templates can prune configs that
+cannot fit.
+
+CUDA figures come from Triton's metadata (dynamic shared memory) and ``cuobjdump --dump-resource-usage``
+on the produced cubin (registers, local memory = spill stack); HIP figures from the AMDGPU code-object
+metadata in the produced assembly (``.vgpr_count``, ``.vgpr_spill_count``, ``.group_segment_fixed_size``).
+Compiles run in a subprocess when this process runs Triton's interpreter (interpreter mode patches
+``triton.language``, so it cannot compile), and reports are cached in memory and on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernelgen.errors import CompileError, ToolchainUnavailableError
+from kernelgen.paths import atomic_write_text, cache_dir
+from kernelgen.space import Constraint
+from kernelgen.target import Target
+from kernelgen.values import Config, Source, content_hash
+
+_VERSION = "1"  # bump when the report's recipe changes
+_DEFAULT_LIMITS = {"warp_size": 32, "max_threads": 1024, "shared_memory": 49152, "registers": 65536}
+_MAX_REGS = {"cuda": 255, "hip": 512}  # per thread: CUDA registers, AMD VGPRs (arch + accumulation)
+
+
+def gpu_limits(target: Target) -> dict[str, int]:
+    """The target's limits with defaults for the ones it does not state (warp 64 on AMD)."""
+    limits = dict(_DEFAULT_LIMITS)
+    if target.kind == "hip":
+        limits["warp_size"] = 64
+    limits.update({k: int(v) for k, v in target.limits.items() if isinstance(v, (int, float))})
+    return limits
+
+
+@dataclass(frozen=True)
+class ResourceReport:
+    """What one kernel needs per block on ``arch``. ``spills`` is bytes of local memory (CUDA) or the
+    number of spilled registers (HIP); 0 means none."""
+
+    arch: str
+    kind: str
+    entry: str
+    shared_memory: int
+    registers: int
+    spills: int
+    num_warps: int
+    num_stages: int
+    threads: int
+    details: dict[str, int] = field(default_factory=dict)
+
+    def violations(self, target: Target) -> list[str]:
+        """Why this kernel cannot run well on ``target``; empty when it fits."""
+        limits = gpu_limits(target)
+        problems = []
+        if self.shared_memory > limits["shared_memory"]:
+            problems.append(f"shared memory {self.shared_memory} B > {limits['shared_memory']} B on {self.arch}")
+        if self.registers > _MAX_REGS.get(self.kind, 255):
+            problems.append(f"{self.registers} registers per thread > {_MAX_REGS.get(self.kind, 255)}")
+        if self.kind == "cuda" and self.registers * self.threads > limits["registers"]:
+            problems.append(f"{self.registers} registers x {self.threads} threads > {limits['registers']} per block")
+        if self.spills:
+            problems.append(f"register spills ({self.spills} {'bytes' if self.kind == 'cuda' else 'registers'})")
+        if self.threads > limits["max_threads"]:
+            problems.append(f"{self.threads} threads > {limits['max_threads']} per block")
+        return problems
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> "ResourceReport":
+        if not isinstance(data, dict):
+            raise ValueError("a resource report must be a JSON object")
+        ints = ("shared_memory", "registers", "spills", "num_warps", "num_stages", "threads")
+        if any(not isinstance(data.get(k), int) for k in ints) or not isinstance(data.get("details", {}), dict):
+            raise ValueError("malformed resource report")
+        return cls(str(data["arch"]), str(data["kind"]), str(data["entry"]), *(int(data[k]) for k in ints),
+                   details={str(k): int(v) for k, v in data.get("details", {}).items()})
+
+
+def gpu_target_spec(target: Target) -> dict[str, Any]:
+    if target.kind not in ("cuda", "hip"):
+        raise ToolchainUnavailableError(f"ahead-of-time Triton compiles need a GPU target (cuda or hip), got "
+                                        f"{target.kind!r}; use Target.gpu('sm_90') or Target.gpu('gfx942')")
+    arch: Any = int(target.arch.removeprefix("sm_")) if target.kind == "cuda" else target.arch
+    return {"backend": target.kind, "arch": arch, "warp_size": gpu_limits(target)["warp_size"]}
+
+
+def _job(source: Source) -> dict[str, Any]:
+    from kernelgen.backends.triton import launch_meta, write_module
+
+    specs, _, constexprs, num_warps, num_stages = launch_meta(source)
+    return {"path": str(write_module(source)), "entry": source.entry, "constexprs": constexprs,
+            "dtypes": [s.dtype for s in specs or ()], "num_warps": num_warps, "num_stages": num_stages}
+
+
+_memo: dict[str, ResourceReport | str] = {}
+_memo_lock = threading.Lock()
+
+
+def _cache_key(source: Source, target: Target) -> str:
+    from kernelgen.target import _library_versions
+
+    return content_hash([_VERSION, source.hash, gpu_target_spec(target), _library_versions().get("triton")], 32)
+
+
+def aot_compile(source: Source, target: Target) -> ResourceReport:
+    """Compile ``source`` for GPU ``target`` without a GPU; raises ``CompileError`` when Triton rejects it."""
+    return aot_compile_many([source], target)[0]
+
+
+def aot_compile_many(sources: Sequence[Source], target: Target) -> list[ResourceReport]:
+    """``aot_compile`` for several sources, sharing one compiler process (cached per source and target)."""
+    results = aot_results(sources, target)
+    for source, result in zip(sources, results):
+        if isinstance(result, str):
+            raise CompileError(result)
+    return results  # type: ignore[return-value]
+
+
+def aot_results(sources: Sequence[Source], target: Target) -> list[ResourceReport | str]:
+    """Reports, or the compile error message (with the source path) for sources that do not compile."""
+    spec = gpu_target_spec(target)
+    keys = [_cache_key(s, target) for s in sources]
+    results: dict[str, ResourceReport | str] = {}
+    todo: dict[str, Source] = {}
+    for key, source in zip(keys, sources):
+        with _memo_lock:
+            hit = _memo.get(key)
+        if hit is None:
+            hit = _read_cached(key)
+        if hit is None:
+            todo[key] = source
+        else:
+            results[key] = hit
+    if todo:
+        jobs = [_job(s) for s in todo.values()]
+        for key, raw in zip(todo, _run_jobs(jobs, spec)):
+            result: ResourceReport | str = ResourceReport.from_json(raw) if isinstance(raw, dict) else str(raw)
+            results[key] = result
+            _write_cached(key, result)
+    with _memo_lock:
+        _memo.update(results)
+    return [results[k] for k in keys]
+
+
+def _cache_path(key: str) -> Path:
+    return cache_dir() / "triton_aot" / key[:2] / f"{key}.json"
+
+
+def _read_cached(key: str) -> ResourceReport | str | None:
+    try:
+        data = json.loads(_cache_path(key).read_text())
+        return data["error"] if isinstance(data.get("error"), str) else ResourceReport.from_json(data["report"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # absent or malformed: compile again
+
+
+def _write_cached(key: str, result: ResourceReport | str) -> None:
+    body = {"error": result} if isinstance(result, str) else {"report": result.to_json()}
+    atomic_write_text(_cache_path(key), json.dumps(body))
+
+
+def _run_jobs(jobs: list[dict[str, Any]], spec: dict[str, Any]) -> list[dict[str, Any] | str]:
+    if _compiles_here():
+        return [compile_job(job, spec) for job in jobs]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-m", "kernelgen.backends.triton_aot"], input=json.dumps(
+        {"target": spec, "jobs": jobs}), capture_output=True, text=True, env=env, timeout=600)
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
+        raise ToolchainUnavailableError(f"the Triton ahead-of-time compiler process failed: {tail[0]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _compiles_here() -> bool:
+    """False when this process runs (or will run) Triton's interpreter, which cannot compile."""
+    from kernelgen.backends.triton import interpreter_requested
+
+    if interpreter_requested():
+        return False
+    if "triton" not in sys.modules:
+        return True
+    import triton.language as tl
+
+    return type(tl.sum).__name__ != "InterpretedFunction"
+
+
+def compile_job(job: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any] | str:
+    """Compile one job in this (non-interpreter) process: a report dict, or an error message."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton.runtime.jit import JITFunction
+
+    from kernelgen.backends.triton import load_entry
+    from kernelgen.codegen.triton_expr import POINTER_TYPE
+
+    path = Path(job["path"])
+    fn = load_entry(path, job["entry"])
+    if not isinstance(fn, JITFunction):
+        fn = JITFunction(getattr(fn, "fn", fn))
+    names = fn.arg_names
+    signature = {name: POINTER_TYPE[dtype] for name, dtype in zip(names, job["dtypes"])}
+    signature.update({name: "constexpr" for name in job["constexprs"]})
+    try:
+        compiled = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=dict(job["constexprs"])),
+                                  target=GPUTarget(spec["backend"], spec["arch"], spec["warp_size"]),
+                                  options={"num_warps": job["num_warps"], "num_stages": job["num_stages"]})
+    except Exception as exc:  # triton raises many types for a kernel it cannot compile
+        return f"triton could not compile {path} for {spec['backend']} {spec['arch']}: " + \
+            " ".join(f"{type(exc).__name__}: {exc}".split())[:600]
+    threads = job["num_warps"] * spec["warp_size"]
+    base = {"arch": str(spec["arch"]) if spec["backend"] == "hip" else f"sm_{spec['arch']}", "kind": spec["backend"],
+            "entry": job["entry"], "num_warps": job["num_warps"], "num_stages": job["num_stages"], "threads": threads}
+    shared = int(compiled.metadata.shared)
+    if spec["backend"] == "cuda":
+        usage = _cuda_usage(compiled.asm["cubin"], path)
+        return {**base, "shared_memory": shared + usage.get("SHARED", 0), "registers": usage.get("REG", 0),
+                "spills": usage.get("LOCAL", 0), "details": usage}
+    usage = _amd_usage(compiled.asm["amdgcn"])
+    return {**base, "shared_memory": max(shared, usage.get("group_segment_fixed_size", 0)),
+            "registers": usage.get("vgpr_count", 0),
+            "spills": usage.get("vgpr_spill_count", 0) + usage.get("sgpr_spill_count", 0), "details": usage}
+
+
+def cuobjdump() -> str:
+    import triton
+
+    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    for candidate in (str(bundled), shutil.which("cuobjdump") or "", "/usr/local/cuda/bin/cuobjdump"):
+        if candidate and os.path.exists(candidate):
+            return candidate
+    raise ToolchainUnavailableError("cuobjdump not found: install the CUDA toolkit or a Triton wheel that bundles it")
+
+
+def _cuda_usage(cubin: bytes, path: Path) -> dict[str, int]:
+    binary = path.with_suffix(".cubin")
+    binary.write_bytes(cubin)
+    proc = subprocess.run([cuobjdump(), "--dump-resource-usage", str(binary)], capture_output=True, text=True)
+    found = dict(re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", proc.stdout))
+    if "REG" not in found:
+        raise ToolchainUnavailableError(f"cuobjdump gave no resource usage for {binary}: {proc.stderr.strip()[:200]}")
+    return {k: int(v) for k, v in found.items()}
+
+
+def _amd_usage(asm: str) -> dict[str, int]:
+    keys = ("vgpr_count", "sgpr_count", "agpr_count", "vgpr_spill_count", "sgpr_spill_count",
+            "group_segment_fixed_size", "private_segment_fixed_size")
+    usage = {}
+    for key in keys:
+        match = re.search(rf"^\s*\.{key}:\s+(\d+)", asm, re.M)
+        if match:
+            usage[key] = int(match.group(1))
+    return usage
+
+
+def resource_constraints(render: Callable[[Config], Source], target: Target) -> list[Constraint]:
+    """For a GPU target, a constraint that compiles a config ahead of time and rejects what does not fit
+    (shared memory, registers, spills). Empty for CPU targets or when ``KERNELGEN_TRITON_AOT=0``."""
+    if target.kind not in ("cuda", "hip") or os.environ.get("KERNELGEN_TRITON_AOT", "1") == "0":
+        return []
+
+    def fits(config: Config) -> bool:
+        try:
+            result = aot_results([render(config)], target)[0]
+        except ToolchainUnavailableError:
+            return True  # cannot tell without the compiler: the analytic constraints still hold
+        return not isinstance(result, str) and not result.violations(target)
+
+    return [Constraint(f"fits {target.arch} in an ahead-of-time compile (shared memory, registers, no spills)",
+                       fits)]
+
+
+def _main() -> None:
+    request = json.loads(sys.stdin.read())
+    out = []
+    for job in request["jobs"]:
+        try:
+            out.append(compile_job(job, request["target"]))
+        except Exception as exc:  # report, keep compiling the others
+            out.append(f"{type(exc).__name__}: {exc}")
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    _main()

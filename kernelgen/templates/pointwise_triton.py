@@ -1,0 +1,89 @@
+"""Pointwise template, Triton renderer: a 1-D grid of ``BLOCK_SIZE``-element programs with a tail mask.
+
+Each program loads its block of every non-broadcast input (broadcast inputs through their strides, scalar
+inputs once), computes the elementwise DAG in float32 and stores each output rounded to its dtype.
+"""
+
+from __future__ import annotations
+
+import json
+
+from kernelgen.backends.triton_aot import gpu_limits, resource_constraints
+from kernelgen.codegen.triton_expr import (HEADER, ExprEmitter, kernel_params, offset_expr, pow2_at_least,
+                                           signature_json, to_compute, to_storage)
+from kernelgen.space import Constraint, Param, SearchSpace
+from kernelgen.target import Target
+from kernelgen.templates.pointwise import PointwiseProblem
+from kernelgen.values import Config, FrozenMap, Source
+
+ENTRY = "kg_pointwise"
+
+
+def space(problem: PointwiseProblem, target: Target) -> SearchSpace:
+    limits = gpu_limits(target)
+    if target.kind == "cpu":  # interpreter: timings mean nothing, fewer programs run faster
+        return SearchSpace([Param("BLOCK_SIZE", (256, 1024)), Param("num_warps", (4,))],
+                           default={"BLOCK_SIZE": 1024, "num_warps": 4})
+    warp, max_threads = limits["warp_size"], limits["max_threads"]
+    cap = max(128, pow2_at_least(problem.numel))
+    constraints = [
+        Constraint(f"num_warps * {warp} threads <= {max_threads} threads per block",
+                   lambda c: c["num_warps"] * warp <= max_threads),
+        Constraint("every thread owns 1..16 elements (BLOCK_SIZE / threads)",
+                   lambda c: 1 <= c["BLOCK_SIZE"] // (c["num_warps"] * warp) <= 16),
+        Constraint(f"BLOCK_SIZE <= {cap} (no block larger than the problem)", lambda c: c["BLOCK_SIZE"] <= cap),
+    ]
+    params = [Param("BLOCK_SIZE", (128, 256, 512, 1024, 2048, 4096)), Param("num_warps", (1, 2, 4, 8, 16))]
+    base = SearchSpace(params, constraints)
+    default = _default(base, problem)
+    constraints += resource_constraints(lambda c: render(problem, c, target), target)
+    return SearchSpace(params, constraints, default=default)
+
+
+def _default(base: SearchSpace, problem: PointwiseProblem) -> Config:
+    for block, warps in ((1024, 4), (512, 4), (256, 2), (128, 1), (128, 2)):
+        config = Config({"BLOCK_SIZE": block, "num_warps": warps})
+        if base.is_valid(config):
+            return config
+    return base.default()
+
+
+def render(problem: PointwiseProblem, config: Config, target: Target) -> Source:
+    graph = problem.graph
+    block = int(config["BLOCK_SIZE"])
+    numel = problem.numel
+    index_64 = max(numel, *(sum((s - 1) * st for s, st in zip(problem.shape, ld.strides)) + 1
+                            for ld in problem.loads)) >= 2**31 if problem.loads else numel >= 2**31
+    lines = [f"@triton.jit", f"def {ENTRY}({', '.join(kernel_params(graph))}, BLOCK_SIZE: tl.constexpr):",
+             "    pid = tl.program_id(0)" + (".to(tl.int64)" if index_64 else ""),
+             "    offs = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)",
+             f"    mask = offs < {numel}"]
+    names: dict[int, str] = {}
+    block_valued: set[int] = set()
+    for ld in problem.loads:
+        var = f"x{ld.node}"
+        if ld.is_scalar:
+            lines.append(f"    {var} = {to_compute(f'tl.load(in{ld.arg})', ld.dtype)}")
+        else:
+            offset = offset_expr("offs", problem.shape, ld.strides)
+            lines.append(f"    {var} = {to_compute(f'tl.load(in{ld.arg} + {offset}, mask=mask, other=0)', ld.dtype)}")
+            block_valued.add(ld.node)
+        names[ld.node] = var
+    interp = target.kind == "cpu"
+    emitter = ExprEmitter(graph, names, interpreter=interp)
+    compute = [i for i, n in enumerate(graph.nodes) if i not in names and n.op not in ("input", "reshape", "transpose")]
+    lines += ["    " + line for line in emitter.emit(compute)]
+    for i in compute:
+        if any(j in block_valued for j in graph.nodes[i].inputs):
+            block_valued.add(i)
+    for j, out in enumerate(graph.outputs):
+        node = graph.nodes[out]
+        value = emitter.names[out]
+        if out not in block_valued:  # computed from scalars only: give it the block's shape
+            value = f"tl.broadcast_to({value}, [BLOCK_SIZE])"
+        lines.append(f"    tl.store(out{j} + offs, {to_storage(value, node.spec.dtype, node.spec.dtype, interp)}, mask=mask)")
+    grid = [-(-numel // block)]
+    meta = FrozenMap({"signature": signature_json(graph), "grid": json.dumps(grid),
+                      "constexprs": json.dumps({"BLOCK_SIZE": block}), "num_warps": int(config["num_warps"]),
+                      "num_stages": 1})
+    return Source("triton", HEADER + "\n".join(lines) + "\n", ENTRY, meta=meta)

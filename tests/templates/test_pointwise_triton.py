@@ -1,0 +1,130 @@
+"""Pointwise template on Triton (interpreter without a GPU) against eager PyTorch and the IR reference."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton's first import
+pytest.importorskip("triton")
+
+import torch.nn.functional as F  # noqa: E402
+
+import kernelgen  # noqa: E402
+from kernelgen.backends import get_backend  # noqa: E402
+from kernelgen.backends.triton import interpreter_active  # noqa: E402
+from kernelgen.reference import evaluate  # noqa: E402
+from kernelgen.target import Target  # noqa: E402
+from kernelgen.templates import match  # noqa: E402
+from kernelgen.templates import pointwise_triton  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not (interpreter_active() or torch.cuda.is_available()),
+                                reason="triton was imported before TRITON_INTERPRET=1 was set")
+DEVICE = "cuda" if torch.cuda.is_available() and not interpreter_active() else "cpu"
+TOL = {torch.float32: 2e-5, torch.float16: 1e-2, torch.bfloat16: 2e-2}
+
+
+def run(fn, *inputs, config=None):
+    graph = kernelgen.trace(fn, *inputs)
+    template, problem = match(graph)
+    assert template.name == "pointwise"
+    target = get_backend("triton").target()
+    source = template.render(problem, config or template.default_config(problem, target), target)
+    kernel = get_backend("triton").compile(source)
+    outs = [torch.empty(s.shape, dtype=getattr(torch, s.dtype), device=DEVICE) for s in graph.output_specs]
+    kernel(*inputs, *outs)
+    expected = evaluate(graph, inputs)
+    eager = fn(*inputs)
+    eager = list(eager) if isinstance(eager, tuple) else [eager]
+    for out, ref, ea in zip(outs, expected, eager):
+        tol = TOL.get(out.dtype, 0)
+        torch.testing.assert_close(out, ref, atol=tol, rtol=tol, equal_nan=True)
+        torch.testing.assert_close(out, ea.to(out.dtype), atol=2 * tol, rtol=2 * tol, equal_nan=True)
+    return source
+
+
+def rand(*shape, dtype=torch.float32):
+    return torch.randn(*shape, device=DEVICE).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_bias_gelu_broadcast_rows_not_multiple_of_block(dtype):
+    run(lambda x, b: F.gelu(x + b), rand(37, 29, dtype=dtype), rand(29, dtype=dtype), config={"BLOCK_SIZE": 256, "num_warps": 4})
+
+
+def test_every_elementwise_op_in_one_chain():
+    def fn(x, y, c):
+        a = F.gelu(x, approximate="tanh") + torch.tanh(y) * torch.sigmoid(x) - F.silu(y) + torch.erf(x)
+        b = torch.exp(-x.abs()) + torch.log(y.abs() + 1) + torch.sqrt(x.abs()) + torch.rsqrt(y.abs() + 0.5)
+        d = torch.where(x > y, torch.relu(x), torch.maximum(x, y)) + torch.minimum(x, c) / (1 + y * y)
+        e = torch.pow(x.abs(), 1.7) + torch.pow(x, 2) + torch.pow(y, 3) + torch.reciprocal(c + 3)
+        f = ((x >= 0) & (y < 0.5) | (x == c)).float() + (x != y).to(torch.float16).float() + (x <= y).float()
+        return a + b + d + e + f - x.to(torch.bfloat16).float()
+    run(fn, rand(5, 19), rand(5, 19), rand(5, 1))
+
+
+def test_tanh_is_accurate_near_zero_and_at_extremes():
+    x = torch.tensor([0.0, 1e-6, -3e-4, 0.06, 0.07, -0.5, 9.0, -40.0, 100.0, float("inf"), float("-inf")], device=DEVICE)
+    run(lambda x: torch.tanh(x) * 1.0 + 0.0, x)
+
+
+def test_pow_with_negative_bases_and_tensor_exponents():
+    x = torch.tensor([-2.0, -2.0, -2.0, 0.0, 0.0, 3.0, -1.5, 4.0], device=DEVICE)
+    y = torch.tensor([3.0, 2.0, 0.5, 0.0, 2.0, -1.0, 0.0, 0.5], device=DEVICE)
+    run(lambda x, y: torch.pow(x, y) + 1.0, x, y)
+
+
+def test_nan_propagates_through_maximum_like_torch():
+    x = torch.tensor([float("nan"), 1.0, -1.0], device=DEVICE)
+    y = torch.tensor([0.0, float("nan"), 2.0], device=DEVICE)
+    run(lambda x, y: torch.maximum(x, y) + torch.minimum(x, y), x, y)
+
+
+def test_two_outputs_and_a_comparison_output():
+    source = run(lambda x, y: (x * y + 1, x > y), rand(3, 7), rand(3, 7))
+    assert "out1" in source.text
+
+
+def test_one_row_scalar_input_and_transposed_view():
+    run(lambda x, s: x * s + 1.0, rand(1, 5), rand(1, 1))
+    base = rand(6, 4)
+    run(lambda x, y: x.t() * 2.0 + y, base, rand(4, 6))
+
+
+def test_noncontiguous_input_is_read_through_its_strides():
+    x = rand(9, 16)[:, ::2]
+    run(lambda x: torch.relu(x) - 1.0, x)
+
+
+def test_integer_inputs_promote_to_float():
+    i = torch.arange(-6, 6, device=DEVICE, dtype=torch.int32).reshape(3, 4)
+    run(lambda i, x: i * x + i, i, rand(3, 4))
+
+
+def test_space_respects_gpu_thread_and_element_limits():
+    graph = kernelgen.trace(lambda x: x + 1.0, torch.empty(1000, 1000))
+    _, problem = match(graph)
+    import os as _os
+
+    old = _os.environ.get("KERNELGEN_TRITON_AOT")
+    _os.environ["KERNELGEN_TRITON_AOT"] = "0"  # analytic constraints only: fast
+    try:
+        for arch in ("sm_90", "gfx942"):
+            target = Target.gpu(arch)
+            space = pointwise_triton.space(problem, target)
+            configs = list(space)
+            assert configs and space.is_valid(space.default())
+            warp = target.limits["warp_size"]
+            assert all(c["num_warps"] * warp <= target.limits["max_threads"] for c in configs)
+            assert all(c["BLOCK_SIZE"] >= c["num_warps"] * warp for c in configs)
+            assert not space.is_valid({"BLOCK_SIZE": 128, "num_warps": 16})
+    finally:
+        if old is None:
+            del _os.environ["KERNELGEN_TRITON_AOT"]
+        else:
+            _os.environ["KERNELGEN_TRITON_AOT"] = old
+    # the interpreter space stays tiny: its timings mean nothing
+    assert pointwise_triton.space(problem, get_backend("triton").target()).cardinality() <= 4 or DEVICE == "cuda"
