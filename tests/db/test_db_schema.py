@@ -1,0 +1,130 @@
+"""Schema versions: a fresh database is created at head, an older one is refused until upgraded, a newer
+one is refused and left untouched, and the migrations build exactly the models' schema."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import create_engine, inspect, text
+
+from kernelgen.db import open_db, upgrade_db
+from kernelgen.db.engine import make_engine, parse_url
+from kernelgen.db.models import RECORDS_TABLE, VERSION_TABLE, Base, row_values
+from kernelgen.db.schema import head_revision, upgrade
+from kernelgen.errors import DatabaseError, SchemaVersionError
+from tests.db import factories as f
+
+
+def _version(url: str) -> str | None:
+    engine = make_engine(parse_url(url), read_only=False)
+    with engine.connect() as conn:
+        value = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
+    engine.dispose()
+    return value
+
+
+def _build_at(url: str, revision: str, records=()) -> None:
+    """A database as an older kernelgen left it: migrated only up to ``revision``, with some records."""
+    parsed = parse_url(url)
+    engine = make_engine(parsed, read_only=False)
+    upgrade(engine, parsed, revision)
+    with engine.begin() as conn:
+        for rec in records:
+            conn.execute(text(f"INSERT INTO {RECORDS_TABLE} ({', '.join(row_values(rec))}) VALUES "
+                              f"({', '.join(':' + k for k in row_values(rec))})"), row_values(rec))
+    engine.dispose()
+
+
+def _indexes(url: str) -> set[str]:
+    engine = make_engine(parse_url(url), read_only=False)
+    names = {ix["name"] for ix in inspect(engine).get_indexes(RECORDS_TABLE)}
+    engine.dispose()
+    return names
+
+
+def test_fresh_database_is_created_at_head_with_its_own_version_table(persistent_url: str) -> None:
+    open_db(persistent_url, team_url="").close()
+    assert _version(persistent_url) == head_revision()
+    engine = make_engine(parse_url(persistent_url), read_only=False)
+    assert not inspect(engine).has_table("alembic_version")  # left free for Optuna
+    engine.dispose()
+
+
+def test_migrations_build_exactly_the_models(persistent_url: str) -> None:
+    open_db(persistent_url, team_url="").close()
+    engine = make_engine(parse_url(persistent_url), read_only=False)
+    with engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+        diff = compare_metadata(ctx, Base.metadata)
+    engine.dispose()
+    assert diff == []
+
+
+def test_older_schema_is_refused_until_upgraded(persistent_url: str) -> None:
+    rec = f.record()
+    _build_at(persistent_url, "0001", [rec])
+    with pytest.raises(SchemaVersionError) as info:
+        open_db(persistent_url, team_url="")
+    message = str(info.value)
+    assert "schema 1" in message and "needs 2" in message and "kernelgen db upgrade --db" in message
+    assert _version(persistent_url) == "0001"  # refusing changed nothing
+    assert "ix_kgrec_neighbours" not in _indexes(persistent_url)
+    assert upgrade_db(persistent_url) == ("1", "2")
+    assert "ix_kgrec_neighbours" in _indexes(persistent_url)
+    with open_db(persistent_url, team_url="") as db:
+        assert list(db.records()) == [rec]
+    assert upgrade_db(persistent_url) == ("2", "2")
+
+
+def test_newer_schema_is_refused_and_never_modified(persistent_url: str) -> None:
+    _build_at(persistent_url, "head", [f.record()])
+    engine = make_engine(parse_url(persistent_url), read_only=False)
+    with engine.begin() as conn:
+        conn.execute(text(f"UPDATE {VERSION_TABLE} SET version_num = '0099'"))
+    engine.dispose()
+    for attempt in (lambda: open_db(persistent_url, team_url=""), lambda: upgrade_db(persistent_url),
+                    lambda: open_db(persistent_url, team_url="", read_only=True)):
+        with pytest.raises(SchemaVersionError, match="newer than this kernelgen"):
+            attempt()
+    assert _version(persistent_url) == "0099"
+
+
+def test_optuna_tables_can_share_the_database(sqlite_url: str) -> None:
+    optuna = pytest.importorskip("optuna")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    db = open_db(sqlite_url, team_url="")
+    study = optuna.create_study(storage=db.optuna_storage_url, study_name="s")
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
+    db.commit(f.record())
+    db.close()
+    with open_db(sqlite_url, team_url="") as again:
+        assert again.count() == 1
+    assert len(optuna.load_study(study_name="s", storage=sqlite_url).trials) == 2
+
+
+def test_a_foreign_records_table_is_not_adopted(sqlite_url: str) -> None:
+    engine = make_engine(parse_url(sqlite_url), read_only=False)
+    with engine.begin() as conn:
+        conn.execute(text(f"CREATE TABLE {RECORDS_TABLE} (x INTEGER)"))
+    engine.dispose()
+    with pytest.raises(DatabaseError, match="not made by kernelgen"):
+        open_db(sqlite_url, team_url="")
+
+
+def test_read_only_open_never_creates_a_schema(persistent_url: str, tmp_path) -> None:
+    path = parse_url(persistent_url).database
+    if persistent_url.startswith("sqlite"):  # an existing but empty file
+        Path(path).parent.mkdir(parents=True)
+        Path(path).touch()
+    with pytest.raises(DatabaseError, match="holds no kernelgen tuning database.*kernelgen db upgrade"):
+        open_db(persistent_url, team_url="", read_only=True)
+    engine = create_engine(parse_url(persistent_url))
+    assert not inspect(engine).has_table(RECORDS_TABLE)
+    engine.dispose()
+    missing = tmp_path / "absent.sqlite"
+    with pytest.raises(DatabaseError, match="no tuning database"):
+        open_db(f"sqlite:///{missing}", team_url="", read_only=True)
+    assert not missing.exists()
