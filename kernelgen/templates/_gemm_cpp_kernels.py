@@ -1,0 +1,276 @@
+"""C++ text of the CPU GEMM: dtype helpers, packing, the register micro-kernels and the blocked driver.
+
+``gemm_cpp.render`` fills the ``@NAME@`` placeholders with the problem's constants; everything here is
+problem-independent so a change of this file is a change of ``source_hash``.
+"""
+
+from __future__ import annotations
+
+# Scalar conversions used while packing operands and storing results (fp32/fp64 accumulate).
+PRELUDE = r"""
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <cmath>
+#include <algorithm>
+#include <omp.h>
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define KG_AVX2 1
+#endif
+
+namespace kg {
+static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// A growable, 64-byte aligned scratch buffer; one per thread, kept between calls.
+struct Scratch {
+  void* ptr = nullptr; size_t size = 0;
+  void* get(size_t bytes) {
+    if (bytes > size) {
+      std::free(ptr);
+      size = (bytes + 63) / 64 * 64;
+      ptr = std::aligned_alloc(64, size);
+    }
+    return ptr;
+  }
+  ~Scratch() { std::free(ptr); }
+};
+}  // namespace kg
+"""
+
+# Packing of A into MR-row panels and of B into NR-column panels, [k][r] inside a panel, zero padded.
+PACKING = r"""
+// Pack A[m0:m0+mc, k0:k0+kc] as ceil(mc/MR) panels of kc x MR values.
+static void pack_a(const a_t* __restrict A, int64_t m0, int64_t mc, int64_t k0, int64_t kc, acc_t* __restrict out) {
+  for (int64_t p = 0; p < mc; p += MR) {
+    const int64_t rows = std::min<int64_t>(MR, mc - p);
+    acc_t* __restrict dst = out + p * kc;
+    if (A_SK == 1) {  // row-major A: read rows contiguously
+      for (int64_t r = 0; r < rows; ++r) {
+        const a_t* src = A + (m0 + p + r) * A_SM + k0;
+        for (int64_t k = 0; k < kc; ++k) dst[k * MR + r] = load_a(src[k]);
+      }
+    } else {
+      for (int64_t k = 0; k < kc; ++k) {
+        const a_t* src = A + (m0 + p) * A_SM + (k0 + k) * A_SK;
+        for (int64_t r = 0; r < rows; ++r) dst[k * MR + r] = load_a(src[r * A_SM]);
+      }
+    }
+    for (int64_t r = rows; r < MR; ++r)
+      for (int64_t k = 0; k < kc; ++k) dst[k * MR + r] = acc_t(0);
+  }
+}
+
+// Pack the NR-column panel starting at column n0 (panel index p of the block) of B[k0:k0+kc, :].
+static void pack_b_panel(const b_t* __restrict B, int64_t k0, int64_t kc, int64_t n0, int64_t cols, acc_t* __restrict dst) {
+  if (B_SN == 1 || B_SK != 1) {  // row-major B (or neither stride unit): copy NR-wide rows
+    for (int64_t k = 0; k < kc; ++k) {
+      const b_t* src = B + (k0 + k) * B_SK + n0 * B_SN;
+      acc_t* d = dst + k * NR;
+      if (cols == NR) {
+        for (int64_t c = 0; c < NR; ++c) d[c] = load_b(src[c * B_SN]);
+      } else {
+        for (int64_t c = 0; c < cols; ++c) d[c] = load_b(src[c * B_SN]);
+        for (int64_t c = cols; c < NR; ++c) d[c] = acc_t(0);
+      }
+    }
+  } else {  // transposed B (e.g. F.linear weights): read columns contiguously
+    for (int64_t c = 0; c < cols; ++c) {
+      const b_t* src = B + (n0 + c) * B_SN + k0;
+      for (int64_t k = 0; k < kc; ++k) dst[k * NR + c] = load_b(src[k]);
+    }
+    for (int64_t c = cols; c < NR; ++c)
+      for (int64_t k = 0; k < kc; ++k) dst[k * NR + c] = acc_t(0);
+  }
+}
+"""
+
+# The MR x NR register tile: t[MR][NR] = sum_k a[k][:] (outer) b[k][:].
+MICROKERNEL_AVX2 = r"""
+static inline void micro_tile(int64_t kc, const float* __restrict a, const float* __restrict b, float* __restrict t) {
+  constexpr int NV = NR / 8;
+  __m256 c[MR][NV];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+    for (int j = 0; j < NV; ++j) c[i][j] = _mm256_setzero_ps();
+#pragma GCC unroll 4
+  for (int64_t k = 0; k < kc; ++k) {
+    __m256 bv[NV];
+#pragma GCC unroll 8
+    for (int j = 0; j < NV; ++j) bv[j] = _mm256_load_ps(b + j * 8);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      const __m256 av = _mm256_broadcast_ss(a + i);
+#pragma GCC unroll 8
+      for (int j = 0; j < NV; ++j) c[i][j] = _mm256_fmadd_ps(av, bv[j], c[i][j]);
+    }
+    a += MR;
+    b += NR;
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+    for (int j = 0; j < NV; ++j) _mm256_store_ps(t + i * NR + j * 8, c[i][j]);
+}
+"""
+
+MICROKERNEL_PORTABLE = r"""
+static inline void micro_tile(int64_t kc, const acc_t* __restrict a, const acc_t* __restrict b, acc_t* __restrict t) {
+  acc_t c[MR][NR] = {};
+  for (int64_t k = 0; k < kc; ++k) {
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      const acc_t av = a[i];
+#pragma omp simd
+      for (int j = 0; j < NR; ++j) c[i][j] += av * b[j];
+    }
+    a += MR;
+    b += NR;
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) t[i * NR + j] = c[i][j];
+}
+"""
+
+# Blocked driver: jc -> pc -> ic -> jr -> ir (BLIS order). Partial sums over K blocks live in W (the
+# output itself when it has the accumulator's dtype); the epilogue runs when the last K block lands.
+DRIVER = r"""
+// Write one computed micro tile (valid mr x nr at (m0, n0)): store, accumulate or finish with the epilogue.
+__attribute__((always_inline)) static inline void write_rows(const Ctx& cx, const acc_t* __restrict t, int64_t m0, int64_t mr, int64_t n0,
+                              int64_t nr, bool first, bool last) {
+  alignas(64) acc_t row[NR];
+  for (int64_t i = 0; i < mr; ++i) {
+    const int64_t m = m0 + i;
+    const acc_t* __restrict ti = t + i * NR;
+    acc_t* __restrict w = cx.W + m * N + n0;
+    if (last) {
+      if (first) {
+        for (int64_t j = 0; j < nr; ++j) row[j] = ti[j];
+      } else {
+        for (int64_t j = 0; j < nr; ++j) row[j] = w[j] + ti[j];
+      }
+      finish_row(cx, row, m, n0, nr, cx.C + cx.off.c + m * N + n0);
+    } else if (first) {
+      for (int64_t j = 0; j < nr; ++j) w[j] = ti[j];
+    } else {
+      for (int64_t j = 0; j < nr; ++j) w[j] += ti[j];
+    }
+  }
+}
+
+static inline void write_tile(const Ctx& cx, const acc_t* __restrict t, int64_t m0, int64_t mr, int64_t n0,
+                              int64_t nr, bool first, bool last) {
+  if (mr == MR && nr == NR) {  // full tile: constant trip counts let gcc unroll and vectorise exactly
+    write_rows(cx, t, m0, MR, n0, NR, first, last);
+  } else {
+    write_rows(cx, t, m0, mr, n0, nr, first, last);
+  }
+}
+
+// Multiply the packed A block (mc rows at m0) by packed B panels [p0, p1) of the block at column jc.
+static inline void macro_kernel(const Ctx& cx, const acc_t* __restrict ap, const acc_t* __restrict bp, int64_t m0,
+                                int64_t mc, int64_t jc, int64_t nc, int64_t p0, int64_t p1, int64_t kc,
+                                bool first, bool last) {
+  alignas(64) acc_t t[MR * NR];
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t n0 = jc + p * NR, nr = std::min<int64_t>(NR, nc - p * NR);
+    for (int64_t ir = 0; ir < mc; ir += MR) {
+      if (!first) {  // the partial sums in W come from memory: start fetching them before the FMAs
+        for (int64_t i = 0; i < std::min<int64_t>(MR, mc - ir); ++i)
+          for (int64_t j = 0; j < nr; j += 64 / (int64_t)sizeof(acc_t))
+            __builtin_prefetch(cx.W + (m0 + ir + i) * N + n0 + j, 1, 3);
+      }
+      micro_tile(kc, ap + ir * kc, bp + p * kc * NR, t);
+      write_tile(cx, t, m0 + ir, std::min<int64_t>(MR, mc - ir), n0, nr, first, last);
+    }
+  }
+}
+
+static kg::Scratch& scratch_a() { static thread_local kg::Scratch s; return s; }
+static kg::Scratch& scratch_b() { static thread_local kg::Scratch s; return s; }
+
+static constexpr int64_t KC_ = (K < KC ? (K > 0 ? K : 1) : KC);
+static constexpr int64_t K_ITERS = (K == 0 ? 1 : (K + KC - 1) / KC);
+
+// One whole GEMM on the calling thread (batch-parallel mode and single-threaded calls).
+static void gemm_serial(const Ctx& cx) {
+  acc_t* ap = (acc_t*)scratch_a().get(sizeof(acc_t) * std::min<int64_t>(MC, kg::cdiv(M, MR) * MR) * KC_);
+  acc_t* bp = (acc_t*)scratch_b().get(sizeof(acc_t) * std::min<int64_t>(NC, kg::cdiv(N, NR) * NR) * KC_);
+  for (int64_t jc = 0; jc < N; jc += NC) {
+    const int64_t nc = std::min<int64_t>(NC, N - jc), np = kg::cdiv(nc, NR);
+    for (int64_t it = 0; it < K_ITERS; ++it) {
+      const int64_t pc = it * KC, kc = std::min<int64_t>(KC, K - pc);
+      for (int64_t p = 0; p < np; ++p)
+        pack_b_panel(cx.B + cx.off.b, pc, kc, jc + p * NR, std::min<int64_t>(NR, nc - p * NR), bp + p * kc * NR);
+      for (int64_t ic = 0; ic < M; ic += MC) {
+        const int64_t mc = std::min<int64_t>(MC, M - ic);
+        pack_a(cx.A + cx.off.a, ic, mc, pc, kc, ap);
+        macro_kernel(cx, ap, bp, ic, mc, jc, nc, 0, np, kc, it == 0, it == K_ITERS - 1);
+      }
+    }
+  }
+}
+
+// One GEMM shared by the threads of the enclosing parallel region: B panels are packed together, then
+// (row block, column chunk) tasks are shared out. Must be called by every thread of the region.
+static void gemm_coop(const Ctx& cx, acc_t* bp, int nt) {
+  acc_t* ap = (acc_t*)scratch_a().get(sizeof(acc_t) * std::min<int64_t>(MC, kg::cdiv(M, MR) * MR) * KC_);
+  const int64_t mb = kg::cdiv(M, MC);
+  for (int64_t jc = 0; jc < N; jc += NC) {
+    const int64_t nc = std::min<int64_t>(NC, N - jc), np = kg::cdiv(nc, NR);
+    // Split the column panels too when there are too few row blocks to keep every thread busy.
+    int64_t js = 1;
+    while (mb * js < 4 * nt && js < np) ++js;
+    const int64_t tasks = mb * js;
+    for (int64_t it = 0; it < K_ITERS; ++it) {
+      const int64_t pc = it * KC, kc = std::min<int64_t>(KC, K - pc);
+#pragma omp for schedule(static)
+      for (int64_t p = 0; p < np; ++p)
+        pack_b_panel(cx.B + cx.off.b, pc, kc, jc + p * NR, std::min<int64_t>(NR, nc - p * NR), bp + p * kc * NR);
+      int64_t packed = -1;
+#pragma omp for schedule(static)
+      for (int64_t task = 0; task < tasks; ++task) {
+        const int64_t ib = task / js, jb = task % js;
+        const int64_t ic = ib * MC, mc = std::min<int64_t>(MC, M - ic);
+        if (packed != ib) { pack_a(cx.A + cx.off.a, ic, mc, pc, kc, ap); packed = ib; }
+        const int64_t p0 = np * jb / js, p1 = np * (jb + 1) / js;
+        macro_kernel(cx, ap, bp, ic, mc, jc, nc, p0, p1, kc, it == 0, it == K_ITERS - 1);
+      }
+    }
+  }
+}
+
+extern "C" void @ENTRY@(void* const* ptrs, int64_t num_threads) {
+  if (M == 0 || N == 0 || NBATCH == 0) return;
+  int nt = num_threads < 1 ? 1 : int(num_threads);
+  // Small problems are not worth waking the thread pool.
+  if (double(M) * double(N) * double(K > 0 ? K : 1) * double(NBATCH) < 65536.0) nt = 1;
+  const a_t* A = (const a_t*)ptrs[A_ARG];
+  const b_t* B = (const b_t*)ptrs[B_ARG];
+  out_t* C = (out_t*)ptrs[OUT_ARG];
+  const bool batch_parallel = nt > 1 && NBATCH >= nt && (NBATCH >= 4 * nt || NBATCH % nt == 0);
+  // Partial sums need an accumulator-typed buffer unless the output itself is one.
+  const bool own_w = !OUT_IS_ACC && K_ITERS > 1;
+  const int64_t w_count = own_w ? M * N * (batch_parallel ? nt : 1) : 0;
+  acc_t* wbuf = own_w ? (acc_t*)std::aligned_alloc(64, (sizeof(acc_t) * w_count + 63) / 64 * 64) : nullptr;
+  auto make_ctx = [&](int64_t bi, acc_t* w) {
+    Ctx cx{A, B, C, w, batch_offsets(bi), bi, ptrs};
+    if (!own_w) cx.W = (acc_t*)(void*)(C + cx.off.c);
+    return cx;
+  };
+  if (nt == 1) {
+    for (int64_t bi = 0; bi < NBATCH; ++bi) gemm_serial(make_ctx(bi, wbuf));
+  } else if (batch_parallel) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t bi = 0; bi < NBATCH; ++bi)
+      gemm_serial(make_ctx(bi, own_w ? wbuf + M * N * omp_get_thread_num() : nullptr));
+  } else {
+    acc_t* bp = (acc_t*)std::aligned_alloc(64, (sizeof(acc_t) * std::min<int64_t>(NC, kg::cdiv(N, NR) * NR) * KC_ + 63) / 64 * 64);
+#pragma omp parallel num_threads(nt)
+    for (int64_t bi = 0; bi < NBATCH; ++bi) gemm_coop(make_ctx(bi, wbuf), bp, nt);
+    std::free(bp);
+  }
+  std::free(wbuf);
+}
+"""
