@@ -1,0 +1,301 @@
+"""Runtime dispatch: ``compile(fn)`` returns a callable that runs the best known kernel for each input signature.
+
+Per new signature (shapes, strides, dtypes, device of the arguments) it traces ``fn``, finds the
+implementations of the graph, looks up the best tuning record (local database over the team one), builds
+that config or the implementation's default, and caches the launcher in memory. Later calls cost one
+dict lookup on a tuple key. A graph nothing implements runs eagerly (the reason is logged once).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from kernelgen.errors import InputMismatchError, KernelgenError, TraceError, UnsupportedOpError
+from kernelgen.values import SUPPORTED_DTYPES, TensorSpec
+
+log = logging.getLogger("kernelgen")
+
+
+class _Entry:
+    """What one input signature runs: a launcher and its output layout, or the eager function."""
+
+    __slots__ = ("launch", "outputs", "single", "eager", "impl", "config", "source")
+
+    def __init__(self, launch: Callable[..., None] | None, outputs: tuple, single: bool, eager: bool = False,
+                 impl: str = "", config: Any = None, source: str = "") -> None:
+        self.launch = launch
+        self.outputs = outputs  # ((shape, torch dtype), ...) of each output
+        self.single = single
+        self.eager = eager
+        self.impl = impl
+        self.config = config
+        self.source = source  # "db", "tuned", "default" or "eager"
+
+
+def _lazy_torch() -> None:
+    global _empty, _Tensor
+    import torch
+
+    _empty, _Tensor = torch.empty, torch.Tensor
+
+
+_empty: Any = None
+_Tensor: Any = None
+
+
+def _signature_key(args: tuple) -> tuple:
+    """Everything a kernel is specialised on, cheaply: dtype, shape, strides and device class per tensor."""
+    return tuple([(a.dtype, a.shape, a.stride(), a.is_cpu) for a in args])
+
+
+class CompiledFunction:
+    """``fn`` compiled by kernelgen: call it like ``fn``, optionally with ``out=`` (a tensor or a tuple).
+
+    Thread-safe: the per-signature cache is filled under a lock; the hot path only reads it.
+    """
+
+    def __init__(self, fn: Callable[..., Any], backend: str = "auto", *, tune: bool | str = False, db: Any = None,
+                 team_db: str | None = None, trials: int | None = None, seconds: float | None = None) -> None:
+        if tune not in (False, True, "auto"):
+            raise KernelgenError(f"tune={tune!r} is not understood; use False or 'auto' (tune on first call)")
+        self.fn = fn
+        self.backend_name = backend
+        self.tune = bool(tune)
+        self.db_arg, self.team_db, self.trials, self.seconds = db, team_db, trials, seconds
+        self._params = _positional_params(fn)
+        _lazy_torch()
+        self._cache: dict[tuple, _Entry] = {}
+        self._lock = threading.Lock()
+        self._logged: set[str] = set()
+        functools.update_wrapper(self, fn)
+
+    # -- hot path ---------------------------------------------------------------------------------------
+    def __call__(self, *args: Any, out: Any = None, **kwargs: Any) -> Any:
+        if kwargs:
+            args = self._bind(args, kwargs)
+        try:
+            # inline signature key (a list comprehension is ~2x cheaper than a generator here)
+            key = tuple([(a.dtype, a.shape, a.stride(), a.is_cpu) for a in args])
+            entry = self._cache[key]
+        except KeyError:
+            entry = self._prepare(args, key)
+        except AttributeError:
+            raise InputMismatchError(self._not_tensors(args)) from None
+        if entry.eager:
+            return self._run_eager(args, out)
+        if entry.single:
+            shape, dtype = entry.outputs[0]
+            if out is None:
+                out = _empty(shape, dtype=dtype)
+            elif out.__class__ is not _Tensor or out.shape != shape or out.dtype != dtype \
+                    or not out.is_contiguous() or not out.is_cpu:
+                self._check_out(entry, out)  # raises with the reason
+            entry.launch(*args, out)
+            return out
+        outs = tuple(_empty(shape, dtype=dtype) for shape, dtype in entry.outputs) if out is None \
+            else self._check_out(entry, out)
+        entry.launch(*args, *outs)
+        return outs
+
+    # -- helpers ----------------------------------------------------------------------------------------
+    def _bind(self, args: tuple, kwargs: dict) -> tuple:
+        try:
+            bound = inspect.signature(self.fn).bind(*args, **kwargs)
+        except TypeError as exc:
+            raise InputMismatchError(f"{self.__name__}: {exc}") from None
+        bound.apply_defaults()
+        return tuple(bound.arguments.values())
+
+    def _not_tensors(self, args: tuple) -> str:
+        import torch
+
+        for i, a in enumerate(args):
+            if not isinstance(a, torch.Tensor):
+                return (f"argument {i} of {self.__name__} is {type(a).__name__}, not a torch tensor; compiled functions "
+                        "take tensors only (close over Python constants instead)")
+        return f"the arguments of {self.__name__} are not all torch tensors"
+
+    def _check_out(self, entry: _Entry, out: Any) -> tuple:
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        if len(outs) != len(entry.outputs):
+            raise InputMismatchError(f"out= has {len(outs)} tensors; {self.__name__} returns {len(entry.outputs)}")
+        for i, (o, (shape, dtype)) in enumerate(zip(outs, entry.outputs)):
+            if not isinstance(o, _Tensor) or o.shape != shape or o.dtype != dtype or not o.is_contiguous() or not o.is_cpu:
+                raise InputMismatchError(
+                    f"out[{i}] is {getattr(o, 'dtype', type(o).__name__)}{list(getattr(o, 'shape', []))}; "
+                    f"expected a contiguous CPU {str(dtype).removeprefix('torch.')}{list(shape)}")
+        return tuple(outs)
+
+    def _run_eager(self, args: tuple, out: Any) -> Any:
+        result = self.fn(*args)
+        if out is None:
+            return result
+        results = result if isinstance(result, tuple) else (result,)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        if len(outs) != len(results):
+            raise InputMismatchError(f"out= has {len(outs)} tensors; {self.__name__} returns {len(results)}")
+        for o, r in zip(outs, results):
+            if o.shape != r.shape or o.dtype != r.dtype:
+                raise InputMismatchError(f"out= tensor {o.dtype}{list(o.shape)} does not fit the result "
+                                         f"{r.dtype}{list(r.shape)}")
+            o.copy_(r)
+        return out
+
+    def _log_once(self, reason: str) -> None:
+        if reason not in self._logged:
+            self._logged.add(reason)
+            log.warning("%s runs eagerly: %s", self.__name__, reason)
+
+    # -- first call of a signature ----------------------------------------------------------------------
+    def _prepare(self, args: tuple, key: tuple) -> _Entry:
+        with self._lock:
+            entry = self._cache.get(key)
+            if entry is None:
+                entry = self._build(args)
+                self._cache[key] = entry
+        return entry
+
+    def _build(self, args: tuple) -> _Entry:
+        from kernelgen.backends import default_backend, get_backend
+        from kernelgen.implementation import implementations_for
+        from kernelgen.ir import trace
+
+        backend = default_backend() if self.backend_name == "auto" else get_backend(self.backend_name)
+        if self._params is not None and len(args) != self._params:
+            raise InputMismatchError(f"{self.__name__} takes {self._params} tensors, got {len(args)}")
+        specs = [self._spec(i, a, backend.name) for i, a in enumerate(args)]
+        try:
+            graph = trace(self.fn, *specs)
+        except UnsupportedOpError as exc:
+            self._log_once(str(exc))
+            return _Entry(None, (), False, eager=True, source="eager")
+        except TraceError as exc:
+            return self._eager_after_trace_error(args, exc)
+        impls = implementations_for(graph, backend.name)
+        if not impls:
+            self._log_once(f"no template or custom call covers ops {sorted(graph.ops())} on backend {backend.name!r}")
+            return _Entry(None, (), False, eager=True, source="eager")
+        target = backend.target()
+        impl, config, source = self._choose(graph, impls, backend.name, target)
+        try:
+            launcher = impl.build(config, target)
+        except KernelgenError as exc:
+            self._log_once(f"building {impl.name} with {dict(config)} failed: {exc}")
+            return _Entry(None, (), False, eager=True, source="eager")
+        import torch
+
+        outputs = tuple((torch.Size(s.shape), getattr(torch, s.dtype)) for s in graph.output_specs)
+        launch = getattr(launcher, "launch", launcher)  # CppKernel.launch skips the per-call check: the key did it
+        return _Entry(launch, outputs, len(outputs) == 1, impl=impl.name, config=config, source=source)
+
+    def _spec(self, i: int, a: Any, backend: str) -> TensorSpec:
+        dtype = str(a.dtype).removeprefix("torch.")
+        if dtype not in SUPPORTED_DTYPES:
+            raise InputMismatchError(f"argument {i} of {self.__name__} has dtype {dtype}; kernelgen supports "
+                                     f"{', '.join(SUPPORTED_DTYPES)}")
+        if backend == "cpp" and not a.is_cpu:
+            raise InputMismatchError(f"argument {i} of {self.__name__} is on {a.device}; the C++ backend needs CPU "
+                                     "tensors (move it with .cpu() or compile with backend='triton')")
+        return TensorSpec.of(a)
+
+    def _eager_after_trace_error(self, args: tuple, exc: TraceError) -> _Entry:
+        """Untraceable for these inputs: if eager fails too the inputs are wrong, else run eagerly."""
+        try:
+            self.fn(*args)
+        except Exception as eager_exc:
+            shown = ", ".join(str(a.dtype).removeprefix("torch.") + str(list(a.shape)) for a in args)
+            raise InputMismatchError(f"{self.__name__} cannot run on inputs ({shown}): {eager_exc}") from None
+        self._log_once(str(exc))
+        return _Entry(None, (), False, eager=True, source="eager")
+
+    def _choose(self, graph: Any, impls: list, backend: str, target: Any) -> tuple[Any, Any, str]:
+        """The best recorded (implementation, config), tuning first when asked; else the first default."""
+        record = self._lookup(graph, impls, target)
+        if record is None and self.tune:
+            record = self._tune(graph, backend)
+            source = "tuned"
+        else:
+            source = "db"
+        if record is not None:
+            for impl in impls:
+                if impl.name == record.implementation and impl.space(target).is_valid(record.config):
+                    return impl, record.config, source
+        return impls[0], impls[0].default_config(target), "default"
+
+    def _open_db(self) -> Any:
+        if self.db_arg is not None and not isinstance(self.db_arg, str):
+            return self.db_arg, False
+        from kernelgen.db import open_db
+
+        return open_db(self.db_arg, team_url=self.team_db), True
+
+    def _lookup(self, graph: Any, impls: list, target: Any) -> Any:
+        try:
+            db, own = self._open_db()
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith("kernelgen.db"):
+                return None
+            raise
+        except KernelgenError as exc:
+            self._log_once(f"tuning database unavailable ({exc}); using default configs")
+            return None
+        try:
+            return db.best(graph.workload_key, target.fingerprint,
+                           implementations={impl.name: impl.source_hash() for impl in impls})
+        except KernelgenError as exc:
+            self._log_once(f"tuning database lookup failed ({exc}); using default configs")
+            return None
+        finally:
+            if own:
+                db.close()
+
+    def _tune(self, graph: Any, backend: str) -> Any:
+        from kernelgen.tune.tuner import tune_graph
+
+        db, own = self._open_db()
+        try:
+            seconds = self.seconds if self.seconds is not None or self.trials is not None else 60.0
+            return tune_graph(graph, backend=backend, db=db, trials=self.trials, seconds=seconds).best
+        finally:
+            if own:
+                db.close()
+
+    # -- introspection ----------------------------------------------------------------------------------
+    def explain(self, *args: Any) -> dict[str, Any]:
+        """What runs for these inputs: implementation, config and where the config came from."""
+        key = _signature_key(args)
+        entry = self._cache.get(key) or self._prepare(args, key)
+        return {"implementation": entry.impl or "eager", "config": None if entry.config is None else dict(entry.config),
+                "source": entry.source}
+
+
+def _positional_params(fn: Callable[..., Any]) -> int | None:
+    """How many tensors ``fn`` takes, or None when it takes ``*args``."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return None
+    return sum(1 for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
+def compile(fn: Callable[..., Any], backend: str = "auto", *, tune: bool | str = False, db: Any = None,
+            team_db: str | None = None, trials: int | None = None, seconds: float | None = None) -> CompiledFunction:
+    """Compile ``fn`` (a plain PyTorch function of tensors) into a kernelgen-dispatched callable.
+
+    ``db``: a database URL or an open database (default: ``KERNELGEN_DB`` or the per-user SQLite file),
+    layered over ``team_db`` (default: ``KERNELGEN_TEAM_DB``). ``tune="auto"`` tunes each new signature
+    that has no record on first call, within ``trials`` / ``seconds`` (default 60 s). Calls accept
+    ``out=`` (a preallocated output or tuple of outputs) and raise ``InputMismatchError`` for inputs that
+    cannot run (wrong count, dtype, device, or shapes the function rejects).
+    """
+    return CompiledFunction(fn, backend, tune=tune, db=db, team_db=team_db, trials=trials, seconds=seconds)
+
+
+__all__ = ["CompiledFunction", "compile"]

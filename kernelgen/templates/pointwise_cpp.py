@@ -1,0 +1,149 @@
+"""C++/OpenMP renderer of the pointwise template: collapsed loops over blocks, one plain vectorisable inner loop.
+
+Dimensions are collapsed wherever every array (loads and the contiguous outputs) is contiguous across
+them, so a same-shape chain is one flat loop and a row-broadcast bias is rows × an inner loop over the
+last dim. Work items (blocks of about ``block`` elements) are spread over OpenMP threads.
+"""
+
+from __future__ import annotations
+
+import json
+
+from kernelgen.codegen import cpp_expr
+from kernelgen.space import Constraint, Param, SearchSpace
+from kernelgen.target import Target
+from kernelgen.templates.pointwise import PointwiseProblem
+from kernelgen.values import Config, FrozenMap, Source, TensorSpec
+
+ENTRY = "kg_pointwise"
+PARALLEL_MIN = 32768  # below this many elements, waking threads costs more than it saves
+_BLOCKS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+
+
+def _bytes_per_element(problem: PointwiseProblem) -> int:
+    graph = problem.graph
+    total = sum(TensorSpec((), ld.dtype).itemsize for ld in problem.loads if not ld.is_scalar)
+    return total + sum(spec.itemsize for spec in graph.output_specs)
+
+
+def space(problem: PointwiseProblem, target: Target) -> SearchSpace:
+    """Block size (elements per work item), OpenMP schedule, and whether to force ``omp simd``.
+
+    A block's working set (every streamed array) must fit in half the per-core L2, when it is known.
+    """
+    l2 = int(target.caches.get("l2", 0) or 0)
+    per_element = max(1, _bytes_per_element(problem))
+    params = [Param("block", _BLOCKS), Param("schedule", ("static", "dynamic")), Param("simd", (True, False))]
+    constraints = []
+    if l2:
+        constraints.append(Constraint(f"block working set fits in half the L2 ({l2 // 2} bytes)",
+                                      lambda c, l2=l2, pe=per_element: c["block"] * pe <= l2 // 2 or c["block"] == _BLOCKS[0]))
+    default_block = 16384
+    while l2 and default_block > _BLOCKS[0] and default_block * per_element > l2 // 2:
+        default_block //= 2
+    return SearchSpace(params, constraints, default={"block": default_block, "schedule": "static", "simd": True})
+
+
+def collapse(shape: tuple[int, ...], arrays: list[tuple[int, ...]]) -> tuple[list[int], list[list[int]]]:
+    """Drop size-1 dims and merge neighbours that every array (its strides) walks contiguously."""
+    dims = [d for d, size in enumerate(shape) if size != 1]
+    sizes = [shape[d] for d in dims]
+    strides = [[s[d] for d in dims] for s in arrays]
+    d = len(sizes) - 2
+    while d >= 0:
+        if all(st[d] == st[d + 1] * sizes[d + 1] for st in strides):
+            sizes[d] *= sizes[d + 1]
+            for st in strides:
+                st[d] = st[d + 1]
+                del st[d + 1]
+            del sizes[d + 1]
+        d -= 1
+    if not sizes:  # a single element
+        sizes, strides = [1], [[0] for _ in arrays]
+    return sizes, strides
+
+
+def _validate(problem: PointwiseProblem, config: Config, target: Target) -> None:
+    problems = space(problem, target).violations(config)
+    if problems:
+        raise ValueError(f"pointwise config {dict(config)} is invalid: {'; '.join(problems)}")
+
+
+def render(problem: PointwiseProblem, config: Config, target: Target) -> Source:
+    """C++ source of the kernel; ``ValueError`` for a config outside ``space(problem, target)``."""
+    _validate(problem, config, target)
+    graph = problem.graph
+    out_specs = graph.output_specs
+    n_in = len(graph.signature)
+    contiguous = tuple(out_specs[0].contiguous_strides()) if problem.shape else ()
+    sizes, strides = collapse(problem.shape, [ld.strides for ld in problem.loads] + [contiguous])
+    load_strides, out_strides = strides[:-1], strides[-1]
+    outer, inner = sizes[:-1], sizes[-1]
+    rows = 1
+    for s in outer:
+        rows *= s
+    empty = rows * inner == 0  # nothing to compute; keep the entry point so callers need no special case
+    inner = max(inner, 1)
+
+    lines = [cpp_expr.PRELUDE, f'extern "C" void {ENTRY}(void* const* ptrs, int64_t num_threads) {{']
+    for a, spec in enumerate(graph.signature):
+        t = cpp_expr.storage_type(spec.dtype)
+        lines.append(f"  const {t}* __restrict in{a} = (const {t}*)ptrs[{a}];")
+    for k, spec in enumerate(out_specs):
+        t = cpp_expr.storage_type(spec.dtype)
+        lines.append(f"  {t}* __restrict out{k} = ({t}*)ptrs[{n_in + k}];")
+    # Loads that are scalars over the whole iteration space are read once, outside every loop.
+    env: dict[int, str] = {}
+    for ld in problem.loads:
+        if ld.is_scalar:
+            lines.append(f"  const {cpp_expr.compute_type(ld.dtype)} s{ld.node} = {cpp_expr.load(ld.dtype, f'in{ld.arg}[0]')};")
+            env[ld.node] = f"s{ld.node}"
+
+    block = int(config["block"])
+    rows_per_item = max(1, block // inner)
+    cols_per_item = min(inner, block)
+    col_items = -(-inner // cols_per_item)
+    items = 0 if empty else -(-rows // rows_per_item) * col_items
+    lines += [f"  const int64_t items = {items};",
+              f"  #pragma omp parallel for schedule({config['schedule']}) num_threads(num_threads) if(items > 1 && {int(rows * inner >= PARALLEL_MIN)})",
+              "  for (int64_t t = 0; t < items; ++t) {",
+              f"    const int64_t r0 = (t / {col_items}) * {rows_per_item};",
+              f"    const int64_t r1 = r0 + {rows_per_item} < {rows} ? r0 + {rows_per_item} : {rows};",
+              f"    const int64_t j0 = (t % {col_items}) * {cols_per_item};",
+              f"    const int64_t j1 = j0 + {cols_per_item} < {inner} ? j0 + {cols_per_item} : {inner};",
+              "    for (int64_t r = r0; r < r1; ++r) {"]
+    # Per-row base pointers: decompose r over the collapsed outer dims.
+    arrays = [(f"in{ld.arg}", ld, st) for ld, st in zip(problem.loads, load_strides) if not ld.is_scalar]
+    body_env = dict(env)
+    row_lines = []
+    if outer:
+        row_lines.append("      int64_t rem = r;")
+        for d in range(len(outer) - 1, -1, -1):
+            row_lines.append(f"      const int64_t i{d} = rem % {outer[d]}; rem /= {outer[d]};")
+    for name, ld, st in arrays:
+        offset = " + ".join(f"i{d} * {st[d]}" for d in range(len(outer)) if st[d]) or "0"
+        ptr_t = cpp_expr.storage_type(ld.dtype)
+        row_lines.append(f"      const {ptr_t}* __restrict p{ld.node} = {name} + {offset};")
+        if st[-1] == 0:  # constant along the inner loop: one read per row
+            row_lines.append(f"      const {cpp_expr.compute_type(ld.dtype)} c{ld.node} = {cpp_expr.load(ld.dtype, f'p{ld.node}[0]')};")
+            body_env[ld.node] = f"c{ld.node}"
+        else:
+            index = "j" if st[-1] == 1 else f"j * {st[-1]}"
+            body_env[ld.node] = cpp_expr.load(ld.dtype, f"p{ld.node}[{index}]")
+    out_offset = " + ".join(f"i{d} * {out_strides[d]}" for d in range(len(outer)) if out_strides[d]) or "0"
+    for k, spec in enumerate(out_specs):
+        t = cpp_expr.storage_type(spec.dtype)
+        row_lines.append(f"      {t}* __restrict q{k} = out{k} + {out_offset};")
+    body = cpp_expr.emit(graph, cpp_expr.dag_nodes(graph, graph.outputs, body_env), body_env)
+    body += [cpp_expr.store(spec.dtype, f"q{k}[j]", body_env[o]) for k, (o, spec) in enumerate(zip(graph.outputs, out_specs))]
+    lines += row_lines
+    if config["simd"]:
+        lines.append("      #pragma omp simd")
+    lines.append("      for (int64_t j = j0; j < j1; ++j) {")
+    lines += ["        " + b for b in body]
+    lines += ["      }", "    }", "  }", "}", ""]
+    signature = json.dumps([s.to_json() for s in (*graph.signature, *out_specs)])
+    return Source("cpp", "\n".join(lines), ENTRY, meta=FrozenMap(signature=signature, template="pointwise"))
+
+
+__all__ = ["ENTRY", "collapse", "render", "space"]

@@ -1,0 +1,297 @@
+"""C++/OpenMP renderer of the row-reduction template: one row per iteration, rows spread over threads.
+
+Reductions are grouped into passes over the row (a reduction that reads another's result runs in a later
+pass); per-row values are hoisted out of the element loops; element outputs are written in a last pass.
+Tunables: rows per scheduling chunk, the OpenMP schedule, online max+sum fusion for softmax-like chains
+(``sum(exp(a - max(a)))`` computed in the max's pass, chunk by chunk) and caching the row's loaded
+values in a per-thread float buffer so later passes do not convert or gather them again.
+"""
+
+from __future__ import annotations
+
+import json
+
+from kernelgen.codegen import cpp_expr
+from kernelgen.ir import Graph
+from kernelgen.space import Constraint, Param, SearchSpace
+from kernelgen.target import Target
+from kernelgen.templates.reduction import ReductionProblem
+from kernelgen.values import Config, FrozenMap, Source
+
+ENTRY = "kg_reduction"
+_ROWS = (1, 2, 4, 8, 16, 32, 64)
+_CHUNKS = (256, 1024, 4096)
+_DEFAULT_CHUNK = 1024
+PARALLEL_MIN = 32768  # below this many elements, waking threads costs more than it saves
+
+
+def _deps(graph: Graph, reductions: tuple[int, ...]) -> dict[int, set[int]]:
+    """For each node, the reductions it depends on (including itself when it is one)."""
+    deps: dict[int, set[int]] = {}
+    red = set(reductions)
+    for i, node in enumerate(graph.nodes):
+        found: set[int] = set()
+        for j in node.inputs:
+            found |= deps[j]
+        if i in red:
+            deps[i] = found | {i}
+        else:
+            deps[i] = found
+    return deps
+
+
+def levels(problem: ReductionProblem) -> dict[int, int]:
+    """Pass number of each reduction: 0 when it reads no other reduction, else 1 + that reduction's pass."""
+    graph = problem.graph
+    deps = _deps(graph, problem.reductions)
+    level: dict[int, int] = {}
+    for r in problem.reductions:
+        before = deps[graph.nodes[r].inputs[0]]
+        level[r] = 1 + max((level[d] for d in before), default=-1)
+    return level
+
+
+def online_pairs(problem: ReductionProblem) -> dict[int, int]:
+    """``{sum_id: max_id}`` for every ``sum(exp(a - max(a)))`` whose sum can join the max's pass."""
+    graph = problem.graph
+    lv = levels(problem)
+    deps = _deps(graph, problem.reductions)
+    pairs = {}
+    for s in problem.reductions:
+        node = graph.nodes[s]
+        if node.op != "sum" or not cpp_expr.is_float(node.spec.dtype):
+            continue
+        e = graph.nodes[node.inputs[0]]
+        if e.op != "exp":
+            continue
+        sub = graph.nodes[e.inputs[0]]
+        if sub.op != "sub":
+            continue
+        a, m = sub.inputs
+        if graph.nodes[m].op != "max" or graph.nodes[m].inputs[0] != a or m not in lv:
+            continue
+        if m in deps[a] or lv[s] != lv[m] + 1:
+            continue
+        pairs[s] = m
+    return pairs
+
+
+def _element_loads(problem: ReductionProblem) -> list:
+    return [ld for ld in problem.loads if problem.kinds[ld.node] == "element"]
+
+
+def space(problem: ReductionProblem, target: Target) -> SearchSpace:
+    """Rows per chunk, schedule, online fusion (only where a softmax-like chain exists), chunk, row cache.
+
+    A cached row (one float per element load) must fit in half the per-core L2.
+    """
+    l2 = int(target.caches.get("l2", 0) or 0)
+    row_bytes = problem.row_len * 4 * max(1, len(_element_loads(problem)))
+    has_online = bool(online_pairs(problem))
+    params = [Param("rows_per_task", _ROWS), Param("schedule", ("static", "dynamic")),
+              Param("online", (False, True) if has_online else (False,)), Param("chunk", _CHUNKS),
+              Param("cache_row", (False, True))]
+    constraints = [Constraint("chunk only matters with online fusion", lambda c: c["online"] or c["chunk"] == _DEFAULT_CHUNK)]
+    if l2:
+        constraints.append(Constraint(f"a cached row ({row_bytes} bytes) fits in half the L2 ({l2 // 2} bytes)",
+                                      lambda c: not c["cache_row"] or row_bytes <= l2 // 2))
+    # Enough rows per chunk to amortise scheduling, few enough that both threads get work.
+    rows = 1
+    while rows < _ROWS[-1] and rows * problem.row_len < 4096 and rows * 2 * max(1, target.cores) <= problem.rows:
+        rows *= 2
+    online = has_online and bool(l2) and row_bytes > l2 // 2  # rows re-read from far caches: fuse passes
+    return SearchSpace(params, constraints, default={"rows_per_task": rows, "schedule": "static",
+                                                     "online": online, "chunk": _DEFAULT_CHUNK,
+                                                     "cache_row": False})
+
+
+def _init(op: str, dtype: str) -> str:
+    if op == "sum":
+        return cpp_expr.literal(0, dtype)
+    if not cpp_expr.is_float(dtype):
+        limit = "max" if op == "min" else "min"
+        return f"std::numeric_limits<{cpp_expr.compute_type(dtype)}>::{limit}()"
+    return cpp_expr.literal("-inf" if op == "max" else "inf", dtype)
+
+
+def _combine(op: str, dtype: str, acc: str, value: str) -> str:
+    ctype = cpp_expr.compute_type(dtype)
+    if op == "sum":
+        return f"{acc} += ({ctype}){value};"
+    cmp = ">" if op == "max" else "<"
+    if cpp_expr.is_float(dtype):
+        fn = {"float": "f", "double": ""}[ctype]
+        return f"{acc} = {'fmax' if op == 'max' else 'fmin'}{fn}({acc}, {value});"
+    return f"{acc} = {value} {cmp} {acc} ? ({ctype}){value} : {acc};"
+
+
+class _Row:
+    """Emits the code of one row: passes, hoisted per-row values and stores."""
+
+    def __init__(self, problem: ReductionProblem, config: Config) -> None:
+        self.p = problem
+        self.g = problem.graph
+        self.cache = bool(config["cache_row"])
+        self.env: dict[int, str] = {}
+        self.lines: list[str] = []
+        self.n = problem.row_len
+
+    def elem_env(self, mode: str) -> tuple[dict[int, str], list[str]]:
+        """Element-load expressions at index ``j``: from memory, from memory filling the cache, or cached."""
+        env = dict(self.env)
+        pre: list[str] = []
+        for ld in _element_loads(self.p):
+            stride = ld.strides[-1]
+            ref = f"p{ld.node}[{'j' if stride == 1 else f'j * {stride}'}]"
+            if mode == "cache":
+                env[ld.node] = f"cache{ld.node}[j]"
+            elif mode == "fill":
+                ctype = cpp_expr.compute_type(ld.dtype)
+                pre += [f"const {ctype} l{ld.node} = {cpp_expr.load(ld.dtype, ref)};", f"cache{ld.node}[j] = l{ld.node};"]
+                env[ld.node] = f"l{ld.node}"
+            else:
+                env[ld.node] = cpp_expr.load(ld.dtype, ref)
+        return env, pre
+
+    def hoist(self, roots: list[int]) -> None:
+        """Emit (once, outside element loops) the row-kind nodes ``roots`` need."""
+        needed = [i for i in cpp_expr.dag_nodes(self.g, roots, self.env) if self.p.kinds[i] == "row"]
+        for i in needed:
+            if self.g.nodes[i].op == "reshape":  # a row value dropping its trailing 1: same value
+                self.env[i] = self.env[self.g.nodes[i].inputs[0]]
+            else:
+                self.lines += ["      " + line for line in cpp_expr.emit(self.g, [i], self.env, prefix="w")]
+
+    def loop(self, mode: str, roots: list[int], tail: list[str], lo: str = "0", hi: str | None = None,
+             indent: str = "      ") -> None:
+        """A loop over the row computing the element DAG of ``roots``, then the statements ``tail(env)``."""
+        self.hoist(roots)
+        env, pre = self.elem_env(mode)
+        body = pre + cpp_expr.emit(self.g, cpp_expr.dag_nodes(self.g, roots, env), env)
+        body += [line.format(**{f"n{i}": v for i, v in env.items()}) for line in tail]
+        self.lines.append(f"{indent}for (int64_t j = {lo}; j < {hi or self.n}; ++j) {{")
+        self.lines += [indent + "  " + b for b in body]
+        self.lines.append(f"{indent}}}")
+
+    def reduce_pass(self, reds: list[int], mode: str) -> None:
+        tail = []
+        for r in reds:
+            node = self.g.nodes[r]
+            ctype = cpp_expr.compute_type(node.spec.dtype)
+            self.lines.append(f"      {ctype} acc{r} = {_init(node.op, node.spec.dtype)};")
+            tail.append(_combine(node.op, node.spec.dtype, f"acc{r}", f"{{n{node.inputs[0]}}}"))
+        self.loop(mode, [self.g.nodes[r].inputs[0] for r in reds], tail)
+        for r in reds:
+            self.lines.append(f"      const {cpp_expr.compute_type(self.g.nodes[r].spec.dtype)} r{r} = acc{r};")
+            self.env[r] = f"r{r}"
+
+    def online_pass(self, reds: list[int], pairs: dict[int, int], chunk: int, mode: str) -> None:
+        """Max-level reductions chunk by chunk, with each paired sum rescaled to the running max."""
+        sums = [s for s, m in pairs.items() if m in reds]
+        plain = [r for r in reds if r not in sums]
+        for r in plain:
+            node = self.g.nodes[r]
+            self.lines.append(f"      {cpp_expr.compute_type(node.spec.dtype)} acc{r} = {_init(node.op, node.spec.dtype)};")
+        for s in sums:
+            self.lines.append(f"      float acc{s} = 0.0f;")
+        self.lines.append(f"      for (int64_t c0 = 0; c0 < {self.n}; c0 += {chunk}) {{")
+        self.lines.append(f"        const int64_t c1 = c0 + {chunk} < {self.n} ? c0 + {chunk} : {self.n};")
+        saved = dict(self.env)
+        for m in {pairs[s] for s in sums}:
+            self.lines.append(f"        float cm{m} = {_init('max', 'float32')};")
+        tail = [_combine(self.g.nodes[r].op, self.g.nodes[r].spec.dtype, f"acc{r}", f"{{n{self.g.nodes[r].inputs[0]}}}")
+                for r in plain if r not in pairs.values()]
+        tail += [_combine("max", "float32", f"cm{m}", f"{{n{self.g.nodes[m].inputs[0]}}}") for m in {pairs[s] for s in sums}]
+        self.loop(mode, [self.g.nodes[r].inputs[0] for r in plain], tail, "c0", "c1", "        ")
+        second = "cache" if (mode == "fill" or mode == "cache") else "mem"
+        for m in {pairs[s] for s in sums}:
+            self.lines.append(f"        const float mn{m} = fmaxf(acc{m}, cm{m});")
+        for s in sums:
+            m = pairs[s]
+            self.lines.append(f"        float cs{s} = 0.0f;")
+        self.env.update({m: f"mn{m}" for m in {pairs[s] for s in sums}})
+        # the sums' own element DAG (exp(a - m)) evaluated against the chunk's new running max
+        self.loop(second, [self.g.nodes[s].inputs[0] for s in sums],
+                  [f"cs{s} += {{n{self.g.nodes[s].inputs[0]}}};" for s in sums], "c0", "c1", "        ")
+        for s in sums:
+            m = pairs[s]
+            self.lines.append(f"        acc{s} = acc{s} * expf(acc{m} - mn{m}) + cs{s};")
+        for m in {pairs[s] for s in sums}:
+            self.lines.append(f"        acc{m} = mn{m};")
+        self.env = saved
+        self.lines.append("      }")
+        for r in reds:
+            self.lines.append(f"      const {cpp_expr.compute_type(self.g.nodes[r].spec.dtype)} r{r} = acc{r};")
+            self.env[r] = f"r{r}"
+
+
+def render(problem: ReductionProblem, config: Config, target: Target) -> Source:
+    """C++ source of the kernel; ``ValueError`` for a config outside ``space(problem, target)``."""
+    violations = space(problem, target).violations(config)
+    if violations:
+        raise ValueError(f"reduction config {dict(config)} is invalid: {'; '.join(violations)}")
+    graph = problem.graph
+    n, rows, leading = problem.row_len, problem.rows, problem.shape[:-1]
+    out_specs = graph.output_specs
+    n_in = len(graph.signature)
+    lv = levels(problem)
+    pairs = online_pairs(problem) if config["online"] else {}
+    for s, m in pairs.items():
+        lv[s] = lv[m]
+    n_passes = max(lv.values()) + 1
+    cache = bool(config["cache_row"]) and bool(_element_loads(problem))
+
+    lines = [cpp_expr.PRELUDE, "#include <cstdlib>", "#include <limits>",
+             f'extern "C" void {ENTRY}(void* const* ptrs, int64_t num_threads) {{']
+    for a, spec in enumerate(graph.signature):
+        t = cpp_expr.storage_type(spec.dtype)
+        lines.append(f"  const {t}* __restrict in{a} = (const {t}*)ptrs[{a}];")
+    for k, spec in enumerate(out_specs):
+        t = cpp_expr.storage_type(spec.dtype)
+        lines.append(f"  {t}* __restrict out{k} = ({t}*)ptrs[{n_in + k}];")
+    parallel = int(rows > 1 and rows * n >= PARALLEL_MIN)  # tiny problems: waking threads costs more
+    lines.append(f"  #pragma omp parallel num_threads(num_threads) if({parallel})")
+    lines.append("  {")
+    if cache:
+        for ld in _element_loads(problem):
+            ctype = cpp_expr.compute_type(ld.dtype)
+            lines.append(f"    {ctype}* __restrict cache{ld.node} = ({ctype}*)std::aligned_alloc(64, {(n * 8 + 63) // 64 * 64});")
+    lines.append(f"    #pragma omp for schedule({config['schedule']}, {config['rows_per_task']})")
+    lines.append(f"    for (int64_t r = 0; r < {rows}; ++r) {{")
+    if leading:
+        lines.append("      int64_t rem = r;")
+        for d in range(len(leading) - 1, -1, -1):
+            lines.append(f"      const int64_t i{d} = rem % {leading[d]}; rem /= {leading[d]};")
+    row = _Row(problem, config)
+    for ld in problem.loads:
+        offset = " + ".join(f"i{d} * {ld.strides[d]}" for d in range(len(leading)) if ld.strides[d]) or "0"
+        t = cpp_expr.storage_type(ld.dtype)
+        lines.append(f"      const {t}* __restrict p{ld.node} = in{ld.arg} + {offset};")
+        if problem.kinds[ld.node] == "row":
+            lines.append(f"      const {cpp_expr.compute_type(ld.dtype)} c{ld.node} = {cpp_expr.load(ld.dtype, f'p{ld.node}[0]')};")
+            row.env[ld.node] = f"c{ld.node}"
+    row.lines = lines
+    for level in range(n_passes):
+        reds = [r for r in problem.reductions if lv[r] == level]
+        mode = "fill" if cache and level == 0 else ("cache" if cache else "mem")
+        if any(s in reds for s in pairs):
+            row.online_pass(reds, pairs, int(config["chunk"]), mode)
+        else:
+            row.reduce_pass(reds, mode)
+    element_outs = [(k, o) for k, o in enumerate(graph.outputs) if problem.kinds[o] == "element"]
+    row_outs = [(k, o) for k, o in enumerate(graph.outputs) if problem.kinds[o] == "row"]
+    row.hoist([o for _, o in row_outs])
+    for k, o in row_outs:
+        lines.append("      " + cpp_expr.store(out_specs[k].dtype, f"out{k}[r]", row.env[o]))
+    if element_outs:
+        tail = [cpp_expr.store(out_specs[k].dtype, f"out{k}[r * {n} + j]", f"{{n{o}}}") for k, o in element_outs]
+        row.loop("cache" if cache else "mem", [o for _, o in element_outs], tail)
+    lines.append("    }")
+    if cache:
+        lines += [f"    std::free(cache{ld.node});" for ld in _element_loads(problem)]
+    lines += ["  }", "}", ""]
+    signature = json.dumps([s.to_json() for s in (*graph.signature, *out_specs)])
+    return Source("cpp", "\n".join(lines), ENTRY, meta=FrozenMap(signature=signature, template="reduction"))
+
+
+__all__ = ["ENTRY", "levels", "online_pairs", "render", "space"]
