@@ -244,10 +244,18 @@ class IsolatedMeasurer:
             _release(self._worker)
             self._worker = None
 
+    def kill(self) -> None:
+        """Stop the worker now (it may be mid-measurement); thread-safe enough to call from another thread."""
+        worker = self._worker
+        if worker is not None:
+            worker.kill()
+
     def __enter__(self) -> "IsolatedMeasurer":
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        if exc_type is not None and self._worker is not None:
+            self._worker.kill()  # interrupted mid-request: its answer may still be on the way
         self.close()
 
 
@@ -268,6 +276,9 @@ class InProcessMeasurer:
         return self.bench.time_eager()
 
     def close(self) -> None:
+        pass
+
+    def kill(self) -> None:
         pass
 
     def __enter__(self) -> "InProcessMeasurer":

@@ -1,0 +1,134 @@
+"""``kernelgen tune MANIFEST``: tune every workload of a TOML manifest, with live progress and a result table.
+
+The manifest and the budgets are validated completely before the database is opened, so bad input never
+touches it. Exit status 0 when every workload (every problem size) has a result, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+
+def fmt_time(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+def fmt_ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def shape_label(signature: list[dict[str, Any]]) -> str:
+    return ", ".join(f"{s['dtype']}{s['shape']}" for s in signature)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def tune(
+        manifest: str = typer.Argument(..., help="TOML workload manifest (see examples/workloads.toml)."),
+        db: str = typer.Option(None, "--db", help="Tuning database URL (default: KERNELGEN_DB or the per-user SQLite file)."),
+        team_db: str = typer.Option(None, "--team-db", help="Read-only team database layered under --db."),
+        trials: int = typer.Option(None, "--trials", help="Trials per implementation (overrides the manifest)."),
+        seconds: float = typer.Option(None, "--seconds", help="Wall-time budget per implementation, in seconds."),
+        sampler: str = typer.Option(None, "--sampler", help="Search strategy: auto, bo, random, tpe, cmaes, qmc, exhaustive."),
+        workers: int = typer.Option(1, "--workers", help="Local worker processes sharing one study."),
+        patience: int = typer.Option(None, "--patience", help="Stop after this many trials without a new best."),
+        timeout: float = typer.Option(60.0, "--timeout", help="Seconds one candidate may run before it is killed."),
+        seed: int = typer.Option(None, "--seed", help="Sampler seed (reproducible searches)."),
+        retune: bool = typer.Option(False, "--retune", help="Continue workloads that are already tuned."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of tables."),
+    ) -> None:
+        """Tune the workloads of MANIFEST on this machine and record every trial in the tuning database."""
+        from kernelgen.errors import KernelgenError
+        from kernelgen.tune.manifest import load_manifest
+        from kernelgen.tune.search import SAMPLERS
+        from kernelgen.tune.tuner import check_budget
+
+        check_budget(trials, seconds, patience, workers)
+        if timeout is not None and timeout <= 0:
+            raise KernelgenError(f"--timeout {timeout} is impossible: give a positive number of seconds")
+        if sampler is not None and sampler not in SAMPLERS:
+            raise KernelgenError(f"unknown sampler {sampler!r}; choose one of {', '.join(SAMPLERS)}")
+        workloads = load_manifest(manifest)  # every manifest error surfaces here, before the DB is opened
+
+        from kernelgen.db import open_db
+
+        database = open_db(db, team_url=team_db)
+        out = Console()
+        report: list[dict[str, Any]] = []
+        try:
+            with _progress(as_json) as progress:
+                for workload in workloads:
+                    report.append(_tune_one(workload, database, progress, dict(
+                        trials=trials, seconds=seconds, sampler=sampler, patience=patience, workers=workers,
+                        seed=seed, timeout=timeout, retune=retune)))
+        finally:
+            url = database.url
+            database.close()
+        if as_json:
+            typer.echo(json.dumps({"db": url, "workloads": report}, indent=2))
+        else:
+            for entry in report:
+                out.print(_table(entry))
+        if not all(entry["ok"] for entry in report):
+            raise typer.Exit(1)
+
+
+def _progress(quiet: bool) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[best]}"),
+                    TimeElapsedColumn(), console=Console(stderr=True), disable=quiet, transient=False)
+
+
+def _tune_one(workload: Any, db: Any, progress: Progress, options: dict[str, Any]) -> dict[str, Any]:
+    from kernelgen.errors import KernelgenError
+    from kernelgen.tune.tuner import DEFAULT_TRIALS, TrialEvent, tune_workload
+
+    budget = options["trials"] or workload.trials or (None if (options["seconds"] or workload.seconds) else DEFAULT_TRIALS)
+    tasks: dict[str, Any] = {}
+
+    def on_trial(event: TrialEvent) -> None:
+        rec = event.record
+        label = f"{workload.name} [{shape_label([s.to_json() for s in rec.signature])}] {rec.implementation}"
+        if label not in tasks:
+            tasks[label] = progress.add_task(label, total=budget, best="")
+        best = f"best {fmt_time(event.best)}" if event.best is not None else "no ok config yet"
+        if event.phase == "confirm":
+            best = f"confirming: {best}"
+        progress.update(tasks[label], completed=min(event.done, budget or event.done), best=best)
+
+    entry: dict[str, Any] = {"name": workload.name, "function": workload.function, "results": [], "error": None}
+    try:
+        results = tune_workload(workload, db=db, on_trial=on_trial, **options)
+    except KernelgenError as exc:
+        entry["error"] = str(exc)
+        entry["ok"] = False
+        return entry
+    entry["results"] = [r.to_json() for r in results]
+    entry["ok"] = all(r.best is not None for r in results)
+    return entry
+
+
+def _table(entry: dict[str, Any]) -> Table:
+    table = Table(title=f"{entry['name']}  ({entry['function']})", title_justify="left")
+    for column in ("shapes", "implementation", "best config", "time", "vs eager", "vs default", "trials", "failures"):
+        table.add_column(column, justify="right" if column in ("time", "vs eager", "vs default", "trials", "failures") else "left")
+    if entry["error"]:
+        table.add_row("-", "error", entry["error"], "-", "-", "-", "-", "-")
+    for r in entry["results"]:
+        config = "none (every trial failed)" if r["config"] is None else \
+            " ".join(f"{k}={v}" for k, v in sorted(r["config"].items()))
+        note = "" if r["measured"] else " (already tuned)"
+        table.add_row(shape_label(r["signature"]), (r["implementation"] or "-") + note, config, fmt_time(r["time"]),
+                      fmt_ratio(r["speedup_vs_eager"]), fmt_ratio(r["speedup_vs_default"]), str(r["trials"]),
+                      str(r["failures"]))
+    return table

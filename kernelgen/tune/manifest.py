@@ -1,0 +1,216 @@
+"""The TOML workload manifest of ``kernelgen tune``: load, validate completely, trace every problem size.
+
+Everything that can be wrong with a manifest is found by ``load_manifest`` before any database is opened:
+TOML syntax (with the line), unknown keys, functions that cannot be imported, specs that do not fit the
+function (tracing fails), ops no template supports, impossible budgets. Format::
+
+    [defaults]                                # optional, applies to every workload
+    trials = 30
+
+    [[workload]]
+    name = "bias_relu"
+    function = "mypkg.ops:bias_relu"          # imported with the current directory and PYTHONPATH on sys.path
+    inputs = [{shape = [512, 1024], dtype = "float32"}, {shape = [1024], dtype = "float32"}]
+    # or several problem sizes:  shapes = [[{...}, {...}], [{...}, {...}]]
+    # optional: backend = "cpp", trials = 50, seconds = 120, sampler = "tpe", patience = 20, template = "pointwise"
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kernelgen.errors import KernelgenError, ManifestError
+from kernelgen.ir import Graph
+from kernelgen.values import TensorSpec
+
+OPTION_KEYS = ("backend", "trials", "seconds", "sampler", "patience", "template")
+WORKLOAD_KEYS = ("name", "function", "inputs", "shapes", *OPTION_KEYS)
+TOP_KEYS = ("workload", "defaults")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One manifest entry, validated: the function, one traced graph per problem size, its options."""
+
+    name: str
+    function: str  # "module:function" as written
+    fn: Callable[..., Any]
+    signatures: tuple[tuple[TensorSpec, ...], ...]
+    graphs: tuple[Graph, ...]
+    backend: str = "cpp"
+    trials: int | None = None
+    seconds: float | None = None
+    sampler: str | None = None
+    patience: int | None = None
+    template: str | None = None
+
+
+def load_manifest(path: str | os.PathLike) -> list[Workload]:
+    """Parse and validate the manifest at ``path``; raises ``ManifestError`` (or the ``KernelgenError`` of
+    the failing step, e.g. ``UnsupportedOpError``) with a one-line message naming the workload and the fix.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ManifestError(f"cannot read manifest {path}: {exc.strerror or exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ManifestError(f"{path}: TOML syntax error: {exc}") from None
+    _unknown_keys(data, TOP_KEYS, f"{path}")
+    defaults = data.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise ManifestError(f"{path}: [defaults] must be a table of {', '.join(OPTION_KEYS)}")
+    _unknown_keys(defaults, OPTION_KEYS, f"{path}: [defaults]")
+    entries = data.get("workload")
+    if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
+        raise ManifestError(f"{path}: no workloads; add at least one [[workload]] table with name, function and inputs")
+    _importable_from_cwd()
+    workloads: list[Workload] = []
+    for i, entry in enumerate(entries):
+        where = f"{path}: workload {entry.get('name', f'#{i + 1}')!r}"
+        workload = _workload({**defaults, **entry}, where)
+        if any(w.name == workload.name for w in workloads):
+            raise ManifestError(f"{where}: the name is used twice; give every workload its own name")
+        workloads.append(workload)
+    return workloads
+
+
+def _unknown_keys(table: dict[str, Any], allowed: tuple[str, ...], where: str) -> None:
+    unknown = sorted(set(table) - set(allowed))
+    if unknown:
+        raise ManifestError(f"{where}: unknown key {unknown[0]!r}; allowed keys: {', '.join(allowed)}")
+
+
+def _importable_from_cwd() -> None:
+    # Console scripts put their own bin/ first on sys.path, not the current directory.
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+
+
+def _workload(entry: dict[str, Any], where: str) -> Workload:
+    from kernelgen.ir import trace
+    from kernelgen.tune.tuner import check_budget
+
+    _unknown_keys(entry, WORKLOAD_KEYS, where)
+    name = entry.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise ManifestError(f"{where}: needs name = \"...\" (a non-empty string)")
+    fn = _function(entry.get("function"), where)
+    signatures = _signatures(entry, where)
+    backend = _backend(entry.get("backend", "cpp"), where)
+    options = {k: entry.get(k) for k in ("trials", "seconds", "patience")}
+    try:
+        check_budget(options["trials"], options["seconds"], options["patience"])
+    except KernelgenError as exc:
+        raise ManifestError(f"{where}: {exc}") from None
+    sampler = entry.get("sampler")
+    if sampler is not None:
+        from kernelgen.tune.search import SAMPLERS
+
+        if sampler not in SAMPLERS:
+            raise ManifestError(f"{where}: unknown sampler {sampler!r}; choose one of {', '.join(SAMPLERS)}")
+    template = entry.get("template")
+    if template is not None and not isinstance(template, str):
+        raise ManifestError(f"{where}: template must be a name such as \"pointwise\"")
+    graphs = []
+    for specs in signatures:
+        try:
+            graph = trace(fn, *specs)
+        except KernelgenError as exc:
+            raise type(exc)(f"{where}: {exc}") from None
+        _check_implementable(graph, backend, template, where)
+        graphs.append(graph)
+    return Workload(name=name, function=entry["function"], fn=fn, signatures=tuple(signatures), graphs=tuple(graphs),
+                    backend=backend, trials=options["trials"],
+                    seconds=None if options["seconds"] is None else float(options["seconds"]),
+                    sampler=sampler, patience=options["patience"], template=template)
+
+
+def _function(spec: Any, where: str) -> Callable[..., Any]:
+    if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
+        raise ManifestError(f"{where}: function must be \"module:function\" (an import path), got {spec!r}")
+    module_name, attr = spec.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ManifestError(f"{where}: cannot import module {module_name!r} ({exc}); run from the directory that "
+                            "holds it or add its folder to PYTHONPATH") from None
+    except Exception as exc:  # the module itself raised while importing
+        raise ManifestError(f"{where}: importing {module_name!r} failed: {type(exc).__name__}: {exc}") from None
+    fn = getattr(module, attr, None)
+    if fn is None or not callable(fn):
+        raise ManifestError(f"{where}: module {module_name!r} has no function {attr!r}")
+    return fn
+
+
+def _signatures(entry: dict[str, Any], where: str) -> list[tuple[TensorSpec, ...]]:
+    if ("inputs" in entry) == ("shapes" in entry):
+        raise ManifestError(f"{where}: give exactly one of inputs = [...] (one problem size) or "
+                            "shapes = [[...], ...] (several)")
+    sizes = [entry["inputs"]] if "inputs" in entry else entry["shapes"]
+    if not isinstance(sizes, list) or not sizes:
+        raise ManifestError(f"{where}: shapes must be a non-empty list of input lists")
+    out = []
+    for k, inputs in enumerate(sizes):
+        if not isinstance(inputs, list) or not inputs:
+            raise ManifestError(f"{where}: inputs must be a non-empty list of {{shape = [...], dtype = \"...\"}}")
+        specs = []
+        for j, spec in enumerate(inputs):
+            label = f"input {j}" + (f" of shape set {k}" if "shapes" in entry else "")
+            if isinstance(spec, dict):
+                extra = sorted(set(spec) - {"shape", "dtype", "strides"})
+                if extra:
+                    raise ManifestError(f"{where}: {label} has unknown key {extra[0]!r}; allowed: shape, dtype, strides")
+            try:
+                specs.append(TensorSpec.from_json(spec))
+            except ValueError as exc:
+                raise ManifestError(f"{where}: {label}: {exc}") from None
+        out.append(tuple(specs))
+    return out
+
+
+def _backend(name: Any, where: str) -> str:
+    from kernelgen.backends import backend_names
+
+    if name not in backend_names():
+        raise ManifestError(f"{where}: unknown backend {name!r}; choose one of {', '.join(backend_names())}")
+    return name
+
+
+def _check_implementable(graph: Graph, backend: str, template: str | None, where: str) -> None:
+    from kernelgen.errors import NoTemplateError
+    from kernelgen.tune.tuner import candidate_implementations
+
+    from kernelgen.backends import get_backend
+    from kernelgen.tune.tuner import usable_implementations
+
+    impls, unusable = usable_implementations(candidate_implementations(graph, backend), get_backend(backend).target())
+    names = [impl.name for impl in impls]
+    if not names:
+        raise NoTemplateError(f"{where}: no template or custom call supports this graph on backend {backend!r} "
+                              f"(ops: {', '.join(sorted(graph.ops() - {'input'}))})"
+                              + (f"; {'; '.join(unusable)}" if unusable else ""))
+    if template is not None and template not in names:
+        raise ManifestError(f"{where}: template {template!r} does not implement this graph; available: "
+                            f"{', '.join(names)}")
+
+
+def workload_implementations(workload: Workload, graph: Graph) -> list[Any]:
+    """The implementations to tune for one of the workload's graphs (just the template override, if set)."""
+    from kernelgen.tune.tuner import candidate_implementations
+
+    impls = candidate_implementations(graph, workload.backend)
+    return [i for i in impls if workload.template is None or i.name == workload.template]
+
+
+__all__ = ["Workload", "load_manifest", "workload_implementations"]

@@ -1,0 +1,546 @@
+"""Tune one graph (``tune_graph``) or one manifest workload (``tune_workload``) and record every trial.
+
+Per implementation of the graph: skip it when the database already holds a finished tuning of this exact
+(workload key, implementation hash, target fingerprint); otherwise warm-start the search (earlier trials of
+this key first, which are told to the searcher from the database and never re-measured, then the default
+config, then the best configs of the nearest records), run it within the budgets, commit each trial the
+moment it is measured, and finally re-measure the top few interleaved. Those re-measurements are committed
+as *confirmation* records (message ``confirmed: ...``): they name the declared best and mark the tuning
+finished, so a rerun does zero measurements.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernelgen.errors import KernelgenError, NoTemplateError
+from kernelgen.implementation import Implementation
+from kernelgen.ir import Graph
+from kernelgen.target import Target
+from kernelgen.tune.measure import TimingPolicy
+from kernelgen.values import Config, FrozenMap, Measurement, Provenance, Status, TimeStats, TuningRecord
+
+CONFIRM_PREFIX = "confirmed"
+CONFIRM_TOP = 3  # configs re-measured before the best is declared
+CONFIRM_ROUNDS = 3  # interleaved rounds: slow drifts of a noisy machine hit every candidate alike
+TIE_TOLERANCE = 0.01  # confirmed times this close are a tie, broken by the config's canonical key
+DEFAULT_TRIALS = 40  # when neither trials nor seconds is given
+NEAREST_LIMIT = 5
+
+
+@dataclass(frozen=True)
+class TrialEvent:
+    """What ``on_trial`` receives after each trial: the record, whether it was measured now, progress."""
+
+    record: TuningRecord
+    measured: bool  # False when told to the search from the database
+    phase: str  # "search" or "confirm"
+    done: int  # trials of this implementation so far (earlier runs included)
+    budget: int | None
+    best: float | None  # best median seconds of this implementation so far
+
+
+@dataclass
+class TuneResult:
+    """The outcome of tuning one graph: the declared best, every trial, and how much was measured now."""
+
+    graph: Graph
+    backend: str
+    target: Target
+    best: TuningRecord | None
+    trials: list[TuningRecord]  # every record of the tuned implementations, confirmations included
+    measured: int  # new measurements by this call (0 when already tuned)
+    default: TuningRecord | None = None  # the best implementation's default config, for speedups
+    stop_reasons: dict[str, str] = field(default_factory=dict)  # implementation -> why its search ended
+    seconds: float = 0.0
+    eager: TimeStats | None = None
+    name: str = ""
+
+    @property
+    def workload_key(self) -> str:
+        return self.graph.workload_key
+
+    @property
+    def search_trials(self) -> list[TuningRecord]:
+        return [r for r in self.trials if not is_confirmation(r)]
+
+    @property
+    def failures(self) -> int:
+        return sum(1 for r in self.search_trials if not r.measurement.ok)
+
+    def to_json(self) -> dict[str, Any]:
+        def t(r: TuningRecord | None) -> float | None:
+            return None if r is None or r.measurement.time is None else r.measurement.time.median
+        best, default, eager = t(self.best), t(self.default), None if self.eager is None else self.eager.median
+        return {
+            "name": self.name, "workload_key": self.workload_key, "backend": self.backend,
+            "signature": [s.to_json() for s in self.graph.signature],
+            "implementation": None if self.best is None else self.best.implementation,
+            "config": None if self.best is None else self.best.config.to_json(),
+            "time": best, "default_time": default, "eager_time": eager,
+            "speedup_vs_default": None if not (best and default) else default / best,
+            "speedup_vs_eager": None if not (best and eager) else eager / best,
+            "trials": len(self.search_trials), "failures": self.failures, "measured": self.measured,
+            "statuses": _status_counts(self.search_trials), "stop_reasons": self.stop_reasons,
+            "seconds": self.seconds,
+        }
+
+
+def is_confirmation(record: TuningRecord) -> bool:
+    return record.measurement.message.startswith(CONFIRM_PREFIX)
+
+
+def _status_counts(records: Sequence[TuningRecord]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r.measurement.status.value] = counts.get(r.measurement.status.value, 0) + 1
+    return counts
+
+
+def candidate_implementations(graph: Graph, backend: str) -> list[Implementation]:
+    """``implementations_for`` — tolerating a kernelgen without its custom-call registry module."""
+    from kernelgen.implementation import TemplateImplementation, implementations_for
+
+    try:
+        return implementations_for(graph, backend)
+    except ImportError as exc:
+        if "registry" not in str(exc):
+            raise
+        from kernelgen.templates import match
+
+        matched = match(graph)
+        if matched is None or backend not in matched[0].backends:
+            return []
+        return [TemplateImplementation(matched[0], matched[1], backend)]
+
+
+def usable_implementations(impls: Sequence[Implementation], target: Target) -> tuple[list[Implementation], list[str]]:
+    """The implementations whose search space can be built on ``target``, and why the others cannot."""
+    usable, reasons = [], []
+    for impl in impls:
+        try:
+            impl.space(target).default()
+        except Exception as exc:  # a renderer not written yet, a toolchain missing: skip, say why
+            reasons.append(f"{impl.name}: {type(exc).__name__}: {exc}")
+            continue
+        usable.append(impl)
+    return usable, reasons
+
+
+def study_name(graph: Graph, impl: Implementation, target: Target) -> str:
+    """One Optuna study per (workload, implementation source, target): every worker and host shares it."""
+    return f"kernelgen:{graph.workload_key}:{impl.name}:{impl.source_hash()}:{target.fingerprint}"
+
+
+class _Recorder:
+    """Turns measurements into records for one (graph, implementation, target) and commits them."""
+
+    def __init__(self, db: Any, graph: Graph, impl: Implementation, target: Target) -> None:
+        from kernelgen import __version__
+
+        self.db = db
+        self.fields = dict(
+            workload_key=graph.workload_key, workload_family=graph.family_key, signature=graph.signature,
+            implementation=impl.name, implementation_hash=impl.source_hash(), backend=impl.backend,
+            target_fingerprint=target.fingerprint, target_family=target.family, device=target.device_name,
+            toolchain=FrozenMap({"kernelgen": __version__, **target.versions.to_json()}),
+        )
+
+    def commit(self, measurement: Measurement) -> TuningRecord:
+        record = TuningRecord(measurement=measurement, provenance=Provenance.here(), **self.fields)
+        self.db.commit(record)
+        return record
+
+
+@dataclass
+class _Options:
+    trials: int | None
+    seconds: float | None
+    patience: int | None
+    sampler: str
+    workers: int
+    seed: int | None
+    isolate: bool
+    timeout: float
+    policy: TimingPolicy
+    retune: bool
+    on_trial: Callable[[TrialEvent], None] | None
+    measure: Callable[[Implementation, Config], Measurement] | None = None
+
+
+def check_budget(trials: int | None, seconds: float | None, patience: int | None, workers: int = 1) -> None:
+    """Raise ``KernelgenError`` for budgets no run can meet (before anything touches the database)."""
+    if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 1):
+        raise KernelgenError(f"trials={trials!r} is impossible: give a whole number of at least 1")
+    if seconds is not None and (not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds <= 0):
+        raise KernelgenError(f"seconds={seconds!r} is impossible: give a positive number of seconds")
+    if patience is not None and (not isinstance(patience, int) or patience < 1):
+        raise KernelgenError(f"patience={patience!r} is impossible: give a whole number of at least 1")
+    if not isinstance(workers, int) or workers < 1:
+        raise KernelgenError(f"workers={workers!r} is impossible: give a whole number of at least 1")
+
+
+def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: int | None = None,
+               seconds: float | None = None, sampler: str = "auto", patience: int | None = None, workers: int = 1,
+               seed: int | None = None, isolate: bool = True, on_trial: Callable[[TrialEvent], None] | None = None,
+               implementations: Sequence[Implementation] | None = None, timeout: float = 60.0,
+               policy: TimingPolicy | None = None, retune: bool = False,
+               measure: Callable[[Implementation, Config], Measurement] | None = None) -> TuneResult:
+    """Tune every implementation of ``graph`` on ``backend``; commits each trial to ``db`` as it is measured.
+
+    Budgets are per implementation: ``trials`` counts configs measured for this exact key (earlier runs
+    included, so a rerun after an interruption completes the budget), ``seconds`` is wall time of this
+    call, ``patience`` stops after that many trials without a new best. Without trials or seconds the
+    budget is ``DEFAULT_TRIALS``. ``retune=True`` continues a finished tuning instead of skipping it.
+    ``measure(impl, config)`` replaces the real measurement (tests, simulations); ``isolate=False`` measures
+    in this process instead of a worker.
+    Raises ``NoTemplateError`` when nothing implements the graph; per-config failures are records.
+    """
+    from kernelgen.backends import get_backend
+
+    check_budget(trials, seconds, patience, workers)
+    if trials is None and seconds is None:
+        trials = DEFAULT_TRIALS
+    impls = list(implementations) if implementations is not None else candidate_implementations(graph, backend)
+    target = get_backend(backend).target()
+    impls, unusable = usable_implementations(impls, target)
+    if not impls:
+        raise NoTemplateError(f"no template or custom call implements this graph on backend {backend!r} "
+                              f"(ops: {', '.join(sorted(graph.ops() - {'input'}))})"
+                              + (f"; {'; '.join(unusable)}" if unusable else ""))
+    opts = _Options(trials, seconds, patience, sampler, workers, seed, isolate, timeout,
+                    policy or TimingPolicy(), retune, on_trial, measure)
+    own_db = db is None
+    if own_db:
+        from kernelgen.db import open_db
+
+        db = open_db()
+    start = time.monotonic()
+    try:
+        result = TuneResult(graph=graph, backend=backend, target=target, best=None, trials=[], measured=0)
+        winners: list[TuningRecord] = []
+        for impl in impls:
+            outcome = _tune_implementation(db, graph, impl, target, opts)
+            result.trials.extend(outcome.records)
+            result.measured += outcome.measured
+            result.stop_reasons[impl.name] = outcome.stop_reason
+            if outcome.winner is not None:
+                winners.append(outcome.winner)
+        if winners:
+            result.best = min(winners, key=_speed_key)
+            result.default = _default_record(result.trials, result.best, impls, target)
+    finally:
+        if own_db:
+            db.close()
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def _speed_key(record: TuningRecord) -> tuple[float, str, str]:
+    assert record.measurement.time is not None
+    return record.measurement.time.median, record.implementation, record.config.key()
+
+
+def _default_record(records: list[TuningRecord], best: TuningRecord, impls: Sequence[Implementation],
+                    target: Target) -> TuningRecord | None:
+    impl = next(i for i in impls if i.name == best.implementation)
+    default = impl.default_config(target)
+    mine = [r for r in records if r.implementation == impl.name and r.config == default and r.measurement.ok]
+    confirmed = [r for r in mine if is_confirmation(r)]
+    return (confirmed or mine or [None])[-1]
+
+
+@dataclass
+class _Outcome:
+    records: list[TuningRecord]
+    measured: int
+    stop_reason: str
+    winner: TuningRecord | None
+
+
+def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Target, opts: _Options) -> _Outcome:
+    recorder = _Recorder(db, graph, impl, target)
+    prior = db.trials(graph.workload_key, target.fingerprint, implementation=impl.name,
+                      implementation_hash=recorder.fields["implementation_hash"])
+    confirmations = [r for r in prior if is_confirmation(r)]
+    if confirmations and not opts.retune:
+        return _Outcome(prior, 0, "already tuned", _pick_winner(confirmations))
+    space = impl.space(target)
+    known: dict[Config, TuningRecord] = {}
+    for r in prior:
+        if not is_confirmation(r):
+            known.setdefault(r.config, r)
+    warm = [*known, impl.default_config(target)]
+    for near in db.nearest(workload_key=graph.workload_key, workload_family=graph.family_key,
+                           target_fingerprint=target.fingerprint, target_family=target.family,
+                           signature=graph.signature, implementation=impl.name, limit=NEAREST_LIMIT):
+        if near.config not in warm and space.is_valid(near.config):
+            warm.append(near.config)
+    state = _SearchState(known, opts)
+    storage = db.optuna_storage_url
+    make_measurer = _measurer_factory(impl, opts)
+    searcher_args = dict(sampler=opts.sampler, storage=storage, study_name=study_name(graph, impl, target),
+                         warm_start=warm)
+    _run_workers(space, state, recorder, make_measurer, searcher_args, opts)
+    records = list(prior) + state.new_records
+    measured = len(state.new_records)
+    ok = sorted((r for r in records if r.measurement.ok and not is_confirmation(r)), key=_speed_key)
+    winner = None
+    if ok:
+        top: list[Config] = []
+        for r in ok:
+            if r.config not in top:
+                top.append(r.config)
+        chosen = top[:CONFIRM_TOP]
+        default = impl.default_config(target)
+        if default in top and default not in chosen:
+            chosen.append(default)  # re-measured alongside, so "speedup over default" compares like with like
+        with make_measurer() as measurer:
+            confirmed = confirm(chosen, measurer.measure, recorder.commit, state)
+        records.extend(confirmed)
+        measured += len(chosen) * CONFIRM_ROUNDS
+        winner = _pick_winner([r for r in confirmed if r.config in top[:CONFIRM_TOP]])
+    return _Outcome(records, measured, state.stop_reason, winner)
+
+
+class _SearchState:
+    """Budgets, progress and new records of one implementation's search, shared by its worker threads."""
+
+    def __init__(self, known: dict[Config, TuningRecord], opts: _Options) -> None:
+        self.lock = threading.Lock()
+        self.known, self.opts = known, opts
+        self.done = len(known)  # configs measured for this key, earlier runs included
+        self.reserved = 0
+        self.start = time.monotonic()
+        times = [r.measurement.time.median for r in known.values() if r.measurement.time is not None]
+        self.best: float | None = min(times) if times else None
+        self.since_best = 0
+        self.new_records: list[TuningRecord] = []
+        self.stop_reason = ""
+        self.interrupted = threading.Event()
+
+    def take_slot(self) -> bool:
+        """Reserve one trial of the budget; False (and the reason recorded) once a budget is spent."""
+        o = self.opts
+        with self.lock:
+            if self.stop_reason or self.interrupted.is_set():
+                return False
+            if o.trials is not None and self.done + self.reserved >= o.trials:
+                self.stop_reason = "trials"
+            elif o.seconds is not None and time.monotonic() - self.start >= o.seconds:
+                self.stop_reason = "seconds"
+            elif o.patience is not None and self.since_best >= o.patience:
+                self.stop_reason = "patience"
+            else:
+                self.reserved += 1
+                return True
+            return False
+
+    def finish(self, reason: str) -> None:
+        with self.lock:
+            self.reserved -= 1
+            self.stop_reason = self.stop_reason or reason
+
+    def report(self, record: TuningRecord, *, measured: bool, phase: str = "search") -> None:
+        with self.lock:
+            if phase == "search":
+                self.reserved -= 1
+                if measured:
+                    self.done += 1
+                    self.new_records.append(record)
+                t = record.measurement.time
+                if t is not None and (self.best is None or t.median < self.best):
+                    self.best, self.since_best = t.median, 0
+                else:
+                    self.since_best += 1
+            event = TrialEvent(record, measured, phase, self.done, self.opts.trials, self.best)
+        if self.opts.on_trial is not None:
+            self.opts.on_trial(event)
+
+
+def _search_worker(index: int, space: Any, state: _SearchState, recorder: _Recorder,
+                   make_measurer: Callable[[], Any], searcher_args: dict[str, Any], measurers: list[Any]) -> None:
+    from kernelgen.tune.search import Searcher
+
+    seed = state.opts.seed
+    searcher = Searcher(space, seed=None if seed is None else seed + index, **searcher_args)
+    with make_measurer() as measurer:
+        measurers.append(measurer)
+        while state.take_slot():
+            config = searcher.ask()
+            if config is None:
+                state.finish("exhausted")
+                return
+            earlier = state.known.get(config)
+            if earlier is not None:  # measured by an earlier run: tell it, do not measure it again
+                searcher.tell(config, earlier.measurement)
+                state.report(earlier, measured=False)
+                continue
+            try:
+                measurement = measurer.measure(config)
+            except BaseException:
+                searcher.abandon(config)
+                state.finish("interrupted")
+                raise
+            if state.interrupted.is_set():  # the worker was killed under us: not a real result
+                searcher.abandon(config)
+                state.finish("interrupted")
+                return
+            record = recorder.commit(measurement)  # commit before tell: a kill in between loses nothing
+            searcher.tell(config, measurement)
+            state.report(record, measured=True)
+
+
+def _run_workers(space: Any, state: _SearchState, recorder: _Recorder, make_measurer: Callable[[], Any],
+                 searcher_args: dict[str, Any], opts: _Options) -> None:
+    measurers: list[Any] = []
+    if opts.workers == 1:
+        _search_worker(0, space, state, recorder, make_measurer, searcher_args, measurers)
+        return
+    errors: list[BaseException] = []
+
+    def body(i: int) -> None:
+        try:
+            _search_worker(i, space, state, recorder, make_measurer, searcher_args, measurers)
+        except BaseException as exc:
+            errors.append(exc)
+            state.interrupted.set()
+
+    threads = [threading.Thread(target=body, args=(i,), daemon=True, name=f"kernelgen-tune-{i}")
+               for i in range(opts.workers)]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)
+    except KeyboardInterrupt:
+        state.interrupted.set()
+        for m in list(measurers):
+            m.kill()  # unblocks threads waiting on a worker; their results are discarded
+        for t in threads:
+            t.join(10)
+        raise
+    if errors:
+        raise errors[0]
+
+
+
+
+def _measurer_factory(impl: Implementation, opts: _Options) -> Callable[[], Any]:
+    from kernelgen.tune.worker import InProcessMeasurer, IsolatedMeasurer
+
+    seed = 0  # inputs: the same for every config and every run, so results compare
+    if opts.measure is not None:
+        return lambda: _FunctionMeasurer(impl, opts.measure)  # type: ignore[arg-type]
+    if opts.isolate:
+        return lambda: IsolatedMeasurer(impl, seed=seed, policy=opts.policy, timeout=opts.timeout)
+    return lambda: InProcessMeasurer(impl, seed=seed, policy=opts.policy)
+
+
+class _FunctionMeasurer:
+    """An injected ``measure(impl, config)`` behind the measurer interface."""
+
+    def __init__(self, impl: Implementation, fn: Callable[[Implementation, Config], Measurement]) -> None:
+        self.impl, self.fn = impl, fn
+
+    def measure(self, config: Config) -> Measurement:
+        return self.fn(self.impl, config)
+
+    def kill(self) -> None:
+        pass
+
+    def __enter__(self) -> "_FunctionMeasurer":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        pass
+
+
+def confirm(configs: Sequence[Config], measure: Callable[[Config], Measurement],
+            commit: Callable[[Measurement], TuningRecord], state: Any = None,
+            rounds: int = CONFIRM_ROUNDS) -> list[TuningRecord]:
+    """Re-measure ``configs`` in ``rounds`` interleaved rounds (rotating the order) and commit one
+    confirmation record each: the median of its round medians. A config failing any round is dropped.
+    """
+    samples: dict[Config, list[TimeStats]] = {c: [] for c in configs}
+    failed: set[Config] = set()
+    threads: dict[Config, int | None] = {}
+    for k in range(rounds):
+        order = list(configs[k % len(configs):]) + list(configs[:k % len(configs)]) if configs else []
+        for config in order:
+            if config in failed:
+                continue
+            m = measure(config)
+            threads[config] = m.threads
+            if m.ok and m.time is not None:
+                samples[config].append(m.time)
+            else:
+                failed.add(config)
+    out = []
+    for config in configs:
+        if config in failed or not samples[config]:
+            continue
+        meds = [s.median for s in samples[config]]
+        score = statistics.median(meds)
+        stats = TimeStats(median=score, min=min(s.min for s in samples[config]),
+                          spread=(max(meds) - min(meds)) / score if score > 0 else 0.0,
+                          repeats=sum(s.repeats for s in samples[config]))
+        message = (f"{CONFIRM_PREFIX}: median of {len(meds)} interleaved re-measurements of the top "
+                   f"{len(configs)} configs")
+        record = commit(Measurement(config=config, status=Status.OK, time=stats, message=message,
+                                    threads=threads.get(config)))
+        out.append(record)
+        if state is not None:
+            state.report(record, measured=True, phase="confirm")
+    return out
+
+
+def _pick_winner(records: Sequence[TuningRecord]) -> TuningRecord | None:
+    """The fastest confirmed record; times within TIE_TOLERANCE tie and the smallest config key wins."""
+    ok = [r for r in records if r.measurement.ok]
+    if not ok:
+        return None
+    fastest = min(r.measurement.time.median for r in ok)  # type: ignore[union-attr]
+    tied = [r for r in ok if r.measurement.time.median <= fastest * (1 + TIE_TOLERANCE)]  # type: ignore[union-attr]
+    return min(tied, key=lambda r: (r.config.key(), r.measurement.time.median, r.record_id))  # type: ignore[union-attr]
+
+
+def tune_workload(workload: Any, *, db: Any = None, trials: int | None = None, seconds: float | None = None,
+                  sampler: str | None = None, patience: int | None = None, workers: int = 1,
+                  seed: int | None = None, isolate: bool = True, on_trial: Callable[[TrialEvent], None] | None = None,
+                  timeout: float = 60.0, policy: TimingPolicy | None = None, retune: bool = False,
+                  time_eager: bool = True) -> list[TuneResult]:
+    """Tune every problem size of a manifest ``Workload``: one ``TuneResult`` per shape, in manifest order.
+
+    Arguments given here override the workload's own budget and sampler. With ``time_eager``, the
+    workload's PyTorch function is timed in this process on the same inputs (for speedup figures).
+    """
+    from kernelgen.tune.manifest import workload_implementations
+    from kernelgen.tune.measure import time_function
+
+    check_budget(trials, seconds, patience, workers)
+    results = []
+    for graph in workload.graphs:
+        result = tune_graph(
+            graph, backend=workload.backend, db=db, trials=trials if trials is not None else workload.trials,
+            seconds=seconds if seconds is not None else workload.seconds,
+            sampler=sampler or workload.sampler or "auto",
+            patience=patience if patience is not None else workload.patience, workers=workers, seed=seed,
+            isolate=isolate, on_trial=on_trial, implementations=workload_implementations(workload, graph),
+            timeout=timeout, policy=policy, retune=retune)
+        result.name = workload.name
+        if time_eager:
+            result.eager = time_function(workload.fn, graph, policy or TimingPolicy())
+        results.append(result)
+    return results
+
+
+__all__ = ["CONFIRM_PREFIX", "TrialEvent", "TuneResult", "candidate_implementations", "check_budget", "confirm",
+           "is_confirmation", "study_name", "tune_graph", "tune_workload"]
