@@ -1,0 +1,239 @@
+"""Row-reduction template, Triton renderer: each program owns ``ROWS`` rows, as a ``[ROWS, BLOCK_N]`` tile.
+
+Single pass when a row fits in ``BLOCK_N`` (the row stays in registers, every reduction and the epilogue
+reuse it); otherwise one loop over the row per dependency level of reductions (softmax: max, then the sum
+of exponentials) with ``[ROWS, BLOCK_N]`` float32 accumulators, and a last loop that computes and stores
+the element outputs. Per-row values are ``[ROWS, 1]`` tensors (``keep_dims``), so broadcasting is free.
+"""
+
+from __future__ import annotations
+
+import json
+
+from kernelgen.backends.triton_aot import gpu_limits, resource_constraints
+from kernelgen.codegen.triton_expr import (HEADER, TL_DTYPE, ExprEmitter, compute_dtype, is_float, kernel_params,
+                                           offset_expr, pow2_at_least, signature_json, to_compute, to_storage)
+from kernelgen.space import Constraint, Param, SearchSpace
+from kernelgen.target import Target
+from kernelgen.templates.indexing import Load
+from kernelgen.templates.reduction import ReductionProblem
+from kernelgen.values import Config, FrozenMap, Source
+
+ENTRY = "kg_reduction"
+_MAX_ELEMENTS_PER_THREAD = 64  # live float32 values per thread per tile: more spills registers
+
+
+def space(problem: ReductionProblem, target: Target) -> SearchSpace:
+    full = pow2_at_least(problem.row_len)
+    max_rows = pow2_at_least(problem.rows)
+    if target.kind == "cpu":  # interpreter: tiny space, big tiles run fastest
+        blocks = sorted({min(full, 2**k) for k in (5, 8, 11, 13)})
+        rows = sorted({1, min(4, max_rows)})
+        default = {"ROWS": min(4, max_rows) if full <= 256 else 1, "BLOCK_N": min(full, 8192), "num_warps": 4}
+        return SearchSpace([Param("ROWS", rows), Param("BLOCK_N", blocks), Param("num_warps", (4,))],
+                           default=default)
+    limits = gpu_limits(target)
+    warp, max_threads = limits["warp_size"], limits["max_threads"]
+    blocks = sorted({min(full, 2**k) for k in range(5, 16)})
+    params = [Param("ROWS", (1, 2, 4, 8, 16)), Param("BLOCK_N", blocks), Param("num_warps", (1, 2, 4, 8, 16))]
+    constraints = [
+        Constraint(f"num_warps * {warp} threads <= {max_threads}", lambda c: c["num_warps"] * warp <= max_threads),
+        Constraint(f"ROWS <= {max_rows} (no more rows per program than rows)", lambda c: c["ROWS"] <= max_rows),
+        Constraint(f"ROWS * BLOCK_N / threads <= {_MAX_ELEMENTS_PER_THREAD} elements per thread",
+                   lambda c: c["ROWS"] * c["BLOCK_N"] <= _MAX_ELEMENTS_PER_THREAD * c["num_warps"] * warp),
+        Constraint("no idle warps: ROWS * BLOCK_N >= threads (or one warp)",
+                   lambda c: c["num_warps"] == 1 or c["ROWS"] * c["BLOCK_N"] >= c["num_warps"] * warp),
+        Constraint("several rows per program only when a row fits in one block",
+                   lambda c: c["ROWS"] == 1 or c["BLOCK_N"] >= problem.row_len),
+    ]
+    block = full if full <= 8192 else 4096
+    tile_rows = min(16, max(1, 1024 // block), max_rows)
+    warps = min(16, max(1, tile_rows * block // (warp * 8)), max_threads // warp)
+    base = SearchSpace(params, constraints)
+    default = Config({"ROWS": tile_rows, "BLOCK_N": block, "num_warps": warps})
+    if not base.is_valid(default):
+        default = base.default()
+    constraints += resource_constraints(lambda c: render(problem, c, target), target)
+    return SearchSpace(params, constraints, default=default)
+
+
+def _identity(op: str, dtype: str) -> str:
+    if is_float(dtype):
+        return {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")'}[op]
+    bits = {"int8": 8, "uint8": 8, "int16": 16, "int32": 32, "int64": 64, "bool": 1}[dtype]
+    if op == "sum":
+        return "0"
+    if dtype in ("uint8", "bool"):
+        return "0" if op == "max" else str(2**bits - 1)
+    return str(-(2 ** (bits - 1))) if op == "max" else str(2 ** (bits - 1) - 1)
+
+
+class _Renderer:
+    def __init__(self, problem: ReductionProblem, config: Config, target: Target) -> None:
+        self.p = problem
+        self.g = problem.graph
+        self.rows_per = int(config["ROWS"])
+        self.block = int(config["BLOCK_N"])
+        self.interp = target.kind == "cpu"
+        self.loads: dict[int, Load] = {ld.node: ld for ld in problem.loads}
+        self.lines: list[str] = []
+        self.row_names: dict[int, str] = {}
+
+    def out(self, line: str, depth: int = 1) -> None:
+        self.lines.append("    " * depth + line)
+
+    def load_base(self, ld: Load) -> str:
+        return offset_expr("rows", self.p.shape[:-1], ld.strides[:-1])
+
+    def row_loads(self) -> None:
+        for ld in self.p.loads:
+            if self.p.kinds[ld.node] != "row":
+                continue
+            var = f"x{ld.node}"
+            if ld.is_scalar:
+                self.out(f"{var} = {to_compute(f'tl.load(in{ld.arg})', ld.dtype)}")
+            else:
+                expr = f"tl.load(in{ld.arg} + {self.load_base(ld)}, mask=row_mask, other=0)"
+                self.out(f"{var} = {to_compute(expr, ld.dtype)}")
+            self.row_names[ld.node] = var
+
+    def cone(self, targets: list[int], available: dict[int, str]) -> list[int]:
+        """Nodes (topological order) needed to compute ``targets`` from what is ``available``."""
+        seen: set[int] = set()
+        stack = list(targets)
+        while stack:
+            i = stack.pop()
+            if i in seen or i in available:
+                continue
+            seen.add(i)
+            if i not in self.loads:
+                stack.extend(self.g.nodes[i].inputs)
+        return sorted(seen)
+
+    def element_block(self, targets: list[int], depth: int, names: dict[int, str] | None = None) -> ExprEmitter:
+        """Load the element inputs and compute the element nodes ``targets`` need, for the current cols.
+
+        ``names`` holds element values already computed for these cols (single pass reuses them)."""
+        names = {**(names or {}), **self.row_names}
+        needed = self.cone(targets, names)
+        for i in needed:
+            if i in self.loads:
+                ld = self.loads[i]
+                expr = (f"tl.load(in{ld.arg} + {self.load_base(ld)} + cols * {ld.strides[-1]}, mask=mask, other=0)")
+                self.out(f"x{i} = {to_compute(expr, ld.dtype)}", depth)
+                names[i] = f"x{i}"
+        emitter = ExprEmitter(self.g, names, interpreter=self.interp)
+        for line in emitter.emit([i for i in needed if i not in names and self.g.nodes[i].op not in ("sum", "max", "min")]):
+            self.out(line, depth)
+        return emitter
+
+    def masked(self, emitter: ExprEmitter, r: int) -> str:
+        node = self.g.nodes[r]
+        x = node.inputs[0]
+        return f"tl.where(mask, {emitter.names[x]}, {_identity(node.op, compute_dtype(self.g.nodes[x].spec.dtype))})"
+
+    def finish_rows(self) -> None:
+        """Emit every row-kind node whose inputs are now available (after a level of reductions)."""
+        emitter = ExprEmitter(self.g, self.row_names, interpreter=self.interp)
+        names = emitter.names
+        for i, node in enumerate(self.g.nodes):
+            if i in names or self.p.kinds[i] != "row" or node.op in ("input", "transpose", "sum", "max", "min"):
+                continue
+            if node.op == "reshape":
+                if node.inputs[0] in names:
+                    names[i] = names[node.inputs[0]]
+                continue
+            if all(j in names for j in node.inputs):
+                for line in emitter.emit([i]):
+                    self.out(line)
+        self.row_names = names
+
+    def levels(self) -> list[list[int]]:
+        level: dict[int, int] = {}
+        for r in self.p.reductions:
+            deps = self.cone([self.g.nodes[r].inputs[0]], {})
+            level[r] = 1 + max((level[d] for d in deps if d in level), default=-1)
+        return [[r for r in self.p.reductions if level[r] == k] for k in range(max(level.values()) + 1)]
+
+    def reduce_expr(self, op: str, acc: str) -> str:
+        return f"tl.{op}({acc}, axis=1, keep_dims=True)"
+
+    def store_elements(self, emitter: ExprEmitter, depth: int) -> None:
+        for j, o in enumerate(self.g.outputs):
+            if self.p.kinds[o] != "element":
+                continue
+            dtype = self.g.nodes[o].spec.dtype
+            value = to_storage(emitter.names[o], dtype, dtype, self.interp)
+            self.out(f"tl.store(out{j} + rows * {self.p.row_len} + cols, {value}, mask=mask)", depth)
+
+    def render(self) -> str:
+        p = self.p
+        index_64 = p.rows * p.row_len >= 2**31 or any(
+            sum((s - 1) * st for s, st in zip(p.shape, ld.strides)) >= 2**31 for ld in p.loads)
+        rows_expr = "pid * ROWS + tl.arange(0, ROWS)[:, None]"
+        self.out("pid = tl.program_id(0)")
+        self.out(f"rows = ({rows_expr}).to(tl.int64)" if index_64 else f"rows = {rows_expr}")
+        self.out(f"row_mask = rows < {p.rows}")
+        self.out("cols0 = tl.arange(0, BLOCK_N)[None, :]")
+        self.row_loads()
+        self.finish_rows()
+        element_outputs = [o for o in self.g.outputs if p.kinds[o] == "element"]
+        if self.block >= p.row_len:
+            self.single_pass(element_outputs)
+        else:
+            self.looped(element_outputs)
+        for j, o in enumerate(self.g.outputs):
+            if p.kinds[o] == "row":
+                dtype = self.g.nodes[o].spec.dtype
+                value = f"tl.broadcast_to({self.row_names[o]}, [ROWS, 1])"
+                self.out(f"tl.store(out{j} + rows, {to_storage(value, dtype, dtype, self.interp)}, mask=row_mask)")
+        params = ", ".join(kernel_params(self.g))
+        return HEADER + f"@triton.jit\ndef {ENTRY}({params}, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):\n" + \
+            "\n".join(self.lines) + "\n"
+
+    def single_pass(self, element_outputs: list[int]) -> None:
+        self.out("cols = cols0")
+        self.out(f"mask = row_mask & (cols < {self.p.row_len})")
+        computed: dict[int, str] = {}  # the row stays in registers: compute each element value once
+        for level in self.levels():
+            emitter = self.element_block([self.g.nodes[r].inputs[0] for r in level], 1, computed)
+            computed.update(emitter.names)
+            for r in level:
+                self.out(f"v{r} = {self.reduce_expr(self.g.nodes[r].op, self.masked(emitter, r))}")
+                self.row_names[r] = f"v{r}"
+            self.finish_rows()
+        if element_outputs:
+            self.store_elements(self.element_block(element_outputs, 1, computed), 1)
+
+    def looped(self, element_outputs: list[int]) -> None:
+        loop = f"for start in range(0, {self.p.row_len}, BLOCK_N):"
+        for level in self.levels():
+            for r in level:
+                dtype = compute_dtype(self.g.nodes[self.g.nodes[r].inputs[0]].spec.dtype)
+                self.out(f"acc{r} = tl.full([ROWS, BLOCK_N], {_identity(self.g.nodes[r].op, dtype)}, {TL_DTYPE[dtype]})")
+            self.out(loop)
+            self.out("cols = start + cols0", 2)
+            self.out(f"mask = row_mask & (cols < {self.p.row_len})", 2)
+            emitter = self.element_block([self.g.nodes[r].inputs[0] for r in level], 2)
+            for r in level:
+                op = self.g.nodes[r].op
+                combine = f"acc{r} + {{}}" if op == "sum" else f"tl.{'maximum' if op == 'max' else 'minimum'}(acc{r}, {{}})"
+                self.out(f"acc{r} = {combine.format(self.masked(emitter, r))}", 2)
+            for r in level:
+                self.out(f"v{r} = {self.reduce_expr(self.g.nodes[r].op, f'acc{r}')}")
+                self.row_names[r] = f"v{r}"
+            self.finish_rows()
+        if element_outputs:
+            self.out(loop)
+            self.out("cols = start + cols0", 2)
+            self.out(f"mask = row_mask & (cols < {self.p.row_len})", 2)
+            self.store_elements(self.element_block(element_outputs, 2), 2)
+
+
+def render(problem: ReductionProblem, config: Config, target: Target) -> Source:
+    text = _Renderer(problem, config, target).render()
+    rows = int(config["ROWS"])
+    meta = FrozenMap({"signature": signature_json(problem.graph), "grid": json.dumps([-(-problem.rows // rows)]),
+                      "constexprs": json.dumps({"ROWS": rows, "BLOCK_N": int(config["BLOCK_N"])}),
+                      "num_warps": int(config["num_warps"]), "num_stages": 1})
+    return Source("triton", text, ENTRY, meta=meta)

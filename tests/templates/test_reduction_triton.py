@@ -1,0 +1,111 @@
+"""Row-reduction template on Triton (interpreter without a GPU) against eager PyTorch and the IR reference."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton's first import
+pytest.importorskip("triton")
+
+import torch.nn.functional as F  # noqa: E402
+
+import kernelgen  # noqa: E402
+from kernelgen.backends import get_backend  # noqa: E402
+from kernelgen.backends.triton import interpreter_active  # noqa: E402
+from kernelgen.reference import evaluate  # noqa: E402
+from kernelgen.target import Target  # noqa: E402
+from kernelgen.templates import match, reduction_triton  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not (interpreter_active() or torch.cuda.is_available()),
+                                reason="triton was imported before TRITON_INTERPRET=1 was set")
+DEVICE = "cuda" if torch.cuda.is_available() and not interpreter_active() else "cpu"
+TOL = {torch.float32: 2e-5, torch.float16: 1e-2, torch.bfloat16: 2e-2}
+
+
+def run(fn, *inputs, config=None, looped=None):
+    graph = kernelgen.trace(fn, *inputs)
+    template, problem = match(graph)
+    assert template.name == "reduction"
+    target = get_backend("triton").target()
+    config = config or template.default_config(problem, target)
+    source = template.render(problem, config, target)
+    if looped is not None:
+        assert ("for start in range" in source.text) == looped
+    kernel = get_backend("triton").compile(source)
+    outs = [torch.full(s.shape, float("nan"), device=DEVICE).to(getattr(torch, s.dtype)) for s in graph.output_specs]
+    kernel(*inputs, *outs)
+    eager = fn(*inputs)
+    eager = list(eager) if isinstance(eager, tuple) else [eager]
+    for out, ref, ea in zip(outs, evaluate(graph, inputs), eager):
+        tol = TOL[out.dtype]
+        torch.testing.assert_close(out, ref, atol=tol, rtol=tol)
+        torch.testing.assert_close(out, ea.to(out.dtype).reshape(out.shape), atol=2 * tol, rtol=2 * tol)
+    return source
+
+
+def rand(*shape, dtype=torch.float32):
+    return torch.randn(*shape, device=DEVICE).to(dtype)
+
+
+LOOP = {"ROWS": 1, "BLOCK_N": 32, "num_warps": 4}  # forces the looped path on rows longer than 32
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_softmax_single_pass_rows_not_multiple_of_tile(dtype):
+    run(lambda x: torch.softmax(x, -1), rand(13, 37, dtype=dtype), looped=False)
+
+
+def test_softmax_looped_over_a_wide_row():
+    run(lambda x: torch.softmax(x * 0.5, -1), rand(3, 100), config=LOOP, looped=True)
+
+
+@pytest.mark.parametrize("config", [None, LOOP])
+def test_layer_norm_with_broadcast_weight_and_bias(config):
+    w, b = rand(45), rand(45)
+    run(lambda x, w, b: F.layer_norm(x, (45,), w, b, eps=1e-5), rand(5, 45), w, b, config=config)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rms_norm_written_out(dtype):
+    x, w = rand(6, 40, dtype=dtype), rand(40, dtype=dtype)
+    run(lambda x, w: x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(dtype) * w, x, w)
+
+
+@pytest.mark.parametrize("config", [None, LOOP])
+def test_logsumexp_log_softmax_and_row_statistics(config):
+    x = rand(1, 70)  # one row
+    run(lambda x: torch.logsumexp(x, -1), x, config=config)
+    run(lambda x: F.log_softmax(x, -1), x, config=config)
+    run(lambda x: (x.var(-1), x.amax(-1), x.amin(-1), x.mean(-1, keepdim=True)), rand(9, 70), config=config)
+
+
+def test_per_row_input_in_the_epilogue_and_3d_leading_dims():
+    run(lambda x, s: torch.softmax(x, -1) * s, rand(2, 3, 21), rand(2, 3, 1))
+
+
+def test_several_rows_per_program_and_masked_tail_rows():
+    source = run(lambda x: x - x.amax(-1, keepdim=True), rand(7, 5), config={"ROWS": 4, "BLOCK_N": 8, "num_warps": 4})
+    assert '"ROWS": 4' in source.meta["constexprs"] and source.meta["grid"] == "[2]"
+
+
+def test_gpu_space_prunes_by_threads_and_elements_per_thread():
+    os.environ["KERNELGEN_TRITON_AOT"] = "0"  # analytic constraints only
+    try:
+        graph = kernelgen.trace(lambda x: torch.softmax(x, -1), torch.empty(64, 3000))
+        problem = match(graph)[1]
+        for arch in ("sm_90", "gfx942"):
+            target = Target.gpu(arch)
+            space = reduction_triton.space(problem, target)
+            default = space.default()
+            assert default["BLOCK_N"] >= 3000  # the row fits: single pass by default
+            warp = target.limits["warp_size"]
+            for config in space:
+                assert config["num_warps"] * warp <= target.limits["max_threads"]
+                assert config["ROWS"] * config["BLOCK_N"] <= 64 * config["num_warps"] * warp
+            assert not space.is_valid({"ROWS": 16, "BLOCK_N": 4096, "num_warps": 1})
+    finally:
+        del os.environ["KERNELGEN_TRITON_AOT"]
