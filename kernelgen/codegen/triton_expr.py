@@ -212,6 +212,8 @@ def signature_json(graph: Graph) -> str:
 def offset_expr(index: str, shape: tuple[int, ...], strides: tuple[int, ...]) -> str:
     """Element offset of flat (row-major) iteration index ``index`` over ``shape`` for a view with
     ``strides`` (0 on broadcast dims): coordinates are recovered only for dims that move the pointer."""
+    if not shape:
+        return "0"
     contiguous, acc = [], 1
     for size in reversed(shape):
         contiguous.append(acc)
@@ -231,6 +233,12 @@ def offset_expr(index: str, shape: tuple[int, ...], strides: tuple[int, ...]) ->
     return " + ".join(terms) if terms else "0"
 
 
+def tile_offset(terms: list[tuple[str, int]]) -> str:
+    """``a * sa + b * sb ...`` for index tensors with element strides, dropping stride-0 (broadcast) terms."""
+    parts = [idx if st == 1 else f"{idx} * {st}" for idx, st in terms if st != 0]
+    return " + ".join(parts) if parts else "0"
+
+
 def pow2_at_least(n: int) -> int:
     p = 1
     while p < n:
@@ -239,5 +247,5 @@ def pow2_at_least(n: int) -> int:
 
 
 __all__ = ["HEADER", "ExprEmitter", "POINTER_TYPE", "TL_DTYPE", "bf16_round", "compute_dtype", "const_literal",
-           "is_float", "kernel_params", "offset_expr", "pow2_at_least", "signature_json", "tanh", "to_compute",
+           "is_float", "kernel_params", "offset_expr", "pow2_at_least", "signature_json", "tanh", "tile_offset", "to_compute",
            "to_storage"]

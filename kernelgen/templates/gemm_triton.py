@@ -1,0 +1,148 @@
+"""GEMM template with fused epilogue, Triton renderer: ``BLOCK_M x BLOCK_N`` output tiles, a ``BLOCK_K`` loop
+of ``tl.dot`` into a float32 accumulator, grouped tile ordering (``GROUP_M`` rows of tiles share B in L2)
+and the pointwise epilogue applied to the accumulator before one masked store.
+
+Operand rows/cols are wrapped modulo M/N (the tutorial's trick), so A and B loads only mask the K tail;
+the output store masks the M/N edges. Batched matmuls use the grid's second axis.
+"""
+
+from __future__ import annotations
+
+import json
+
+from kernelgen.backends.triton_aot import gpu_limits, resource_constraints
+from kernelgen.codegen.triton_expr import (HEADER, ExprEmitter, kernel_params, offset_expr, pow2_at_least,
+                                           signature_json, tile_offset, to_compute, to_storage)
+from kernelgen.space import Constraint, Param, SearchSpace
+from kernelgen.target import Target
+from kernelgen.templates.gemm import GemmProblem
+from kernelgen.values import Config, FrozenMap, Source
+
+ENTRY = "kg_gemm"
+_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+_PREFERRED = (  # (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages), best first
+    (128, 128, 32, 8, 4, 3), (128, 128, 32, 8, 4, 2), (128, 64, 32, 8, 4, 2), (64, 64, 32, 8, 4, 2),
+    (64, 64, 16, 8, 4, 2), (32, 32, 16, 4, 4, 2), (16, 16, 16, 1, 2, 2), (16, 16, 16, 1, 1, 1),
+)
+
+
+def shared_memory_estimate(problem: GemmProblem, config: Config) -> int:
+    """Bytes of the A and B tiles held in shared memory across ``num_stages`` pipeline stages."""
+    stages = max(1, int(config["num_stages"]))
+    tile = (config["BLOCK_M"] + config["BLOCK_N"]) * config["BLOCK_K"] * _ITEMSIZE.get(problem.a.dtype, 4)
+    return tile * stages
+
+
+def space(problem: GemmProblem, target: Target) -> SearchSpace:
+    cap_m, cap_n, cap_k = (max(16, pow2_at_least(d)) for d in (problem.m, problem.n, problem.k))
+    if target.kind == "cpu":  # interpreter: a handful of configs, big tiles run fastest
+        params = [Param("BLOCK_M", (16, 64)), Param("BLOCK_N", (16, 64)), Param("BLOCK_K", (16, 32)),
+                  Param("GROUP_M", (1, 4)), Param("num_warps", (4,)), Param("num_stages", (1,))]
+        default = {"BLOCK_M": min(64, cap_m), "BLOCK_N": min(64, cap_n), "BLOCK_K": min(32, cap_k), "GROUP_M": 4,
+                   "num_warps": 4, "num_stages": 1}
+        if default["BLOCK_M"] not in (16, 64):
+            default["BLOCK_M"] = 64
+        if default["BLOCK_N"] not in (16, 64):
+            default["BLOCK_N"] = 64
+        return SearchSpace(params, default=default)
+    limits = gpu_limits(target)
+    warp, max_threads, smem = limits["warp_size"], limits["max_threads"], limits["shared_memory"]
+    params = [Param("BLOCK_M", (16, 32, 64, 128, 256)), Param("BLOCK_N", (16, 32, 64, 128, 256)),
+              Param("BLOCK_K", (16, 32, 64, 128)), Param("GROUP_M", (1, 4, 8)), Param("num_warps", (1, 2, 4, 8)),
+              Param("num_stages", (1, 2, 3, 4, 5))]
+    constraints = [
+        Constraint(f"num_warps * {warp} threads <= {max_threads}", lambda c: c["num_warps"] * warp <= max_threads),
+        Constraint(f"(BLOCK_M + BLOCK_N) * BLOCK_K * num_stages * itemsize <= {smem} B shared memory",
+                   lambda c: shared_memory_estimate(problem, c) <= smem),
+        Constraint("accumulator <= 128 float32 registers per thread (BLOCK_M * BLOCK_N / threads)",
+                   lambda c: c["BLOCK_M"] * c["BLOCK_N"] <= 128 * c["num_warps"] * warp),
+        Constraint(f"tiles no larger than the problem (BLOCK_M <= {cap_m}, BLOCK_N <= {cap_n}, BLOCK_K <= {cap_k})",
+                   lambda c: c["BLOCK_M"] <= cap_m and c["BLOCK_N"] <= cap_n and c["BLOCK_K"] <= cap_k),
+        Constraint("GROUP_M only matters with several tile rows", lambda c: c["GROUP_M"] == 1 or c["BLOCK_M"] < problem.m),
+    ]
+    base = SearchSpace(params, constraints)
+    default = None
+    for bm, bn, bk, group, warps, stages in _PREFERRED:
+        candidate = Config({"BLOCK_M": min(bm, cap_m), "BLOCK_N": min(bn, cap_n), "BLOCK_K": min(bk, cap_k),
+                            "GROUP_M": group if min(bm, cap_m) < problem.m else 1, "num_warps": warps,
+                            "num_stages": stages})
+        if base.is_valid(candidate):
+            default = candidate
+            break
+    constraints += resource_constraints(lambda c: render(problem, c, target), target)
+    return SearchSpace(params, constraints, default=default)
+
+
+def _max_offset(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
+    return sum((s - 1) * abs(st) for s, st in zip(shape, strides))
+
+
+def render(problem: GemmProblem, config: Config, target: Target) -> Source:
+    p, g = problem, problem.graph
+    bm, bn, bk = int(config["BLOCK_M"]), int(config["BLOCK_N"]), int(config["BLOCK_K"])
+    interp = target.kind == "cpu"
+    batch_count = 1
+    for size in p.batch:
+        batch_count *= size
+    out_shape = p.batch + (p.m, p.n)
+    index_64 = max(batch_count * p.m * p.n, _max_offset(p.batch + (p.m, p.k), p.a.strides),
+                   _max_offset(p.batch + (p.k, p.n), p.b.strides),
+                   *(_max_offset(out_shape, ld.strides) for ld in p.loads)) >= 2**31
+    grid_m, grid_n = -(-p.m // bm), -(-p.n // bn)
+    precision = ', input_precision="ieee"' if p.a.dtype in ("float32", "float64") else ""  # as torch: no tf32
+    wide = ".to(tl.int64)" if index_64 else ""
+    lines = [
+        "pid = tl.program_id(0)",
+        "bid = tl.program_id(1)" + wide,
+        f"num_pid_in_group = GROUP_M * {grid_n}",
+        "group_id = pid // num_pid_in_group",
+        "first_pid_m = group_id * GROUP_M",
+        f"group_size_m = min({grid_m} - first_pid_m, GROUP_M)",
+        "pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)",
+        "pid_n = (pid % num_pid_in_group) // group_size_m",
+        f"offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){wide}",
+        f"offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)){wide}",
+        "offs_k = tl.arange(0, BLOCK_K)",
+        f"rows = offs_m % {p.m}",  # wrapped: A and B loads never leave the tensors, no M/N masks
+        f"cols = offs_n % {p.n}",
+        f"a_ptrs = in{p.a.arg} + {offset_expr('bid', p.batch, p.a.strides[:-2])} + "
+        f"{tile_offset([('rows[:, None]', p.a.strides[-2]), ('offs_k[None, :]', p.a.strides[-1])])}",
+        f"b_ptrs = in{p.b.arg} + {offset_expr('bid', p.batch, p.b.strides[:-2])} + "
+        f"{tile_offset([('offs_k[:, None]', p.b.strides[-2]), ('cols[None, :]', p.b.strides[-1])])}",
+        "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+        f"for k in range(0, {-(-p.k // bk)}):",
+    ]
+    if p.k % bk == 0:
+        lines += ["    a = tl.load(a_ptrs)", "    b = tl.load(b_ptrs)"]
+    else:
+        lines += [f"    k_left = {p.k} - k * BLOCK_K",
+                  "    a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)",
+                  "    b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)"]
+    lines += [f"    acc = tl.dot(a, b, acc{precision})",
+              f"    a_ptrs += BLOCK_K * {p.a.strides[-1]}",
+              f"    b_ptrs += BLOCK_K * {p.b.strides[-2]}",
+              f"mask = (offs_m[:, None] < {p.m}) & (offs_n[None, :] < {p.n})"]
+    names = {p.matmul: "acc"}
+    for ld in p.loads:
+        var = f"x{ld.node}"
+        if ld.is_scalar:
+            lines.append(f"{var} = {to_compute(f'tl.load(in{ld.arg})', ld.dtype)}")
+        else:
+            ptr = (f"in{ld.arg} + {offset_expr('bid', p.batch, ld.strides[:-2])} + "
+                   f"{tile_offset([('offs_m[:, None]', ld.strides[-2]), ('offs_n[None, :]', ld.strides[-1])])}")
+            lines.append(f"{var} = {to_compute(f'tl.load({ptr}, mask=mask, other=0)', ld.dtype)}")
+        names[ld.node] = var
+    emitter = ExprEmitter(g, names, interpreter=interp)
+    lines += emitter.emit([i for i, n in enumerate(g.nodes)
+                           if i not in names and n.op not in ("input", "reshape", "transpose", "matmul")])
+    out = g.outputs[0]
+    value = to_storage(emitter.names[out], g.nodes[out].spec.dtype, p.out_dtype, interp)
+    lines.append(f"tl.store(out0 + bid * {p.m * p.n} + offs_m[:, None] * {p.n} + offs_n[None, :], {value}, mask=mask)")
+    params = ", ".join(kernel_params(g))
+    text = HEADER + (f"@triton.jit\ndef {ENTRY}({params}, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, "
+                     "BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):\n") + "\n".join("    " + ln for ln in lines) + "\n"
+    constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": int(config["GROUP_M"])}
+    meta = FrozenMap({"signature": signature_json(g), "grid": json.dumps([grid_m * grid_n, batch_count]),
+                      "constexprs": json.dumps(constexprs), "num_warps": int(config["num_warps"]),
+                      "num_stages": int(config["num_stages"])})
+    return Source("triton", text, ENTRY, meta=meta)
