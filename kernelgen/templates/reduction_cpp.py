@@ -187,42 +187,46 @@ class _Row:
 
     def online_pass(self, reds: list[int], pairs: dict[int, int], chunk: int, mode: str) -> None:
         """Max-level reductions chunk by chunk, with each paired sum rescaled to the running max."""
+        g = self.g
         sums = [s for s, m in pairs.items() if m in reds]
+        maxes = sorted({pairs[s] for s in sums})
         plain = [r for r in reds if r not in sums]
-        for r in plain:
-            node = self.g.nodes[r]
+        for r in plain + sums:
+            node = g.nodes[r]
             self.lines.append(f"      {cpp_expr.compute_type(node.spec.dtype)} acc{r} = {_init(node.op, node.spec.dtype)};")
-        for s in sums:
-            self.lines.append(f"      float acc{s} = 0.0f;")
         self.lines.append(f"      for (int64_t c0 = 0; c0 < {self.n}; c0 += {chunk}) {{")
         self.lines.append(f"        const int64_t c1 = c0 + {chunk} < {self.n} ? c0 + {chunk} : {self.n};")
         saved = dict(self.env)
-        for m in {pairs[s] for s in sums}:
-            self.lines.append(f"        float cm{m} = {_init('max', 'float32')};")
-        tail = [_combine(self.g.nodes[r].op, self.g.nodes[r].spec.dtype, f"acc{r}", f"{{n{self.g.nodes[r].inputs[0]}}}")
-                for r in plain if r not in pairs.values()]
-        tail += [_combine("max", "float32", f"cm{m}", f"{{n{self.g.nodes[m].inputs[0]}}}") for m in {pairs[s] for s in sums}]
-        self.loop(mode, [self.g.nodes[r].inputs[0] for r in plain], tail, "c0", "c1", "        ")
-        second = "cache" if (mode == "fill" or mode == "cache") else "mem"
-        for m in {pairs[s] for s in sums}:
-            self.lines.append(f"        const float mn{m} = fmaxf(acc{m}, cm{m});")
+        for m in maxes:
+            self.lines.append(f"        {_ctype(g, m)} cm{m} = {_init('max', g.nodes[m].spec.dtype)};")
+        tail = [_combine(g.nodes[r].op, g.nodes[r].spec.dtype, f"acc{r}", f"{{n{g.nodes[r].inputs[0]}}}")
+                for r in plain if r not in maxes]
+        tail += [_combine("max", g.nodes[m].spec.dtype, f"cm{m}", f"{{n{g.nodes[m].inputs[0]}}}") for m in maxes]
+        self.loop(mode, [g.nodes[r].inputs[0] for r in plain], tail, "c0", "c1", "        ")
+        for m in maxes:
+            fn = "fmaxf" if _ctype(g, m) == "float" else "fmax"
+            self.lines.append(f"        const {_ctype(g, m)} mn{m} = {fn}(acc{m}, cm{m});")
         for s in sums:
-            m = pairs[s]
-            self.lines.append(f"        float cs{s} = 0.0f;")
-        self.env.update({m: f"mn{m}" for m in {pairs[s] for s in sums}})
+            self.lines.append(f"        {_ctype(g, s)} cs{s} = 0;")
+        self.env.update({m: f"mn{m}" for m in maxes})
         # the sums' own element DAG (exp(a - m)) evaluated against the chunk's new running max
-        self.loop(second, [self.g.nodes[s].inputs[0] for s in sums],
-                  [f"cs{s} += {{n{self.g.nodes[s].inputs[0]}}};" for s in sums], "c0", "c1", "        ")
+        self.loop("cache" if mode in ("fill", "cache") else "mem", [g.nodes[s].inputs[0] for s in sums],
+                  [f"cs{s} += {{n{g.nodes[s].inputs[0]}}};" for s in sums], "c0", "c1", "        ")
         for s in sums:
             m = pairs[s]
-            self.lines.append(f"        acc{s} = acc{s} * expf(acc{m} - mn{m}) + cs{s};")
-        for m in {pairs[s] for s in sums}:
+            exp = "expf" if _ctype(g, s) == "float" else "exp"
+            self.lines.append(f"        acc{s} = acc{s} * {exp}(acc{m} - mn{m}) + cs{s};")
+        for m in maxes:
             self.lines.append(f"        acc{m} = mn{m};")
         self.env = saved
         self.lines.append("      }")
         for r in reds:
-            self.lines.append(f"      const {cpp_expr.compute_type(self.g.nodes[r].spec.dtype)} r{r} = acc{r};")
+            self.lines.append(f"      const {_ctype(g, r)} r{r} = acc{r};")
             self.env[r] = f"r{r}"
+
+
+def _ctype(graph: Graph, node_id: int) -> str:
+    return cpp_expr.compute_type(graph.nodes[node_id].spec.dtype)
 
 
 def render(problem: ReductionProblem, config: Config, target: Target) -> Source:

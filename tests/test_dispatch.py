@@ -1,0 +1,154 @@
+"""kernelgen.compile: per-signature dispatch, out=, input errors, eager fallback and database lookups."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kernelgen
+from kernelgen.backends import get_backend
+from kernelgen.dispatch import compile
+from kernelgen.errors import InputMismatchError
+from kernelgen.implementation import implementations_for
+from kernelgen.values import Config, FrozenMap, Measurement, Provenance, Status, TimeStats, TuningRecord
+
+pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")
+
+X = torch.randn(24, 40, generator=torch.Generator().manual_seed(0))
+B = torch.randn(40, generator=torch.Generator().manual_seed(1))
+
+
+def bias_gelu(x, b):
+    return F.gelu(x + b)
+
+
+def test_result_matches_eager_and_out_is_written_in_place():
+    f = compile(bias_gelu, backend="cpp")
+    torch.testing.assert_close(f(X, B), bias_gelu(X, B))
+    out = torch.empty(24, 40)
+    assert f(X, B, out=out) is out
+    torch.testing.assert_close(out, bias_gelu(X, B))
+    torch.testing.assert_close(f(x=X, b=B), bias_gelu(X, B))
+
+
+def test_each_signature_gets_its_own_kernel_once():
+    f = compile(bias_gelu, backend="cpp")
+    f(X, B)
+    f(X, B)
+    assert len(f._cache) == 1
+    xt = torch.randn(40, 24).t()  # same shape, other layout: specialised, still right
+    torch.testing.assert_close(f(xt, B), bias_gelu(xt, B))
+    y = torch.randn(3, 40)
+    torch.testing.assert_close(f(y, B), bias_gelu(y, B))
+    assert len(f._cache) == 3
+
+
+def test_multiple_outputs_and_reductions():
+    def stats(x):
+        return torch.softmax(x, -1), x.mean(-1)
+
+    f = compile(stats, backend="cpp")
+    got = f(X)
+    assert isinstance(got, tuple) and len(got) == 2
+    for g, w in zip(got, stats(X)):
+        torch.testing.assert_close(g, w)
+    outs = (torch.empty(24, 40), torch.empty(24))
+    f(X, out=outs)
+    torch.testing.assert_close(outs[1], X.mean(-1))
+    assert f.explain(X)["implementation"] == "reduction"
+
+
+@pytest.mark.parametrize("args,out,needle", [
+    ((X, torch.randn(7)), None, "cannot run on inputs"),
+    ((X,), None, "takes 2 tensors"),
+    ((X, 2.0), None, "not a torch tensor"),
+    ((X, B), torch.empty(24, 41), "out[0]"),
+    ((X, B), torch.empty(24, 40, dtype=torch.float64), "out[0]"),
+    ((X, B), torch.empty(40, 24).t(), "contiguous"),
+    ((X.to("meta"), B), None, "CPU"),
+    ((X.to(torch.complex64), B), None, "dtype"),
+])
+def test_inputs_it_cannot_take_raise_a_one_line_error(args, out, needle):
+    f = compile(bias_gelu, backend="cpp")
+    with pytest.raises(InputMismatchError) as info:
+        f(*args, out=out) if out is not None else f(*args)
+    message = str(info.value)
+    assert needle in message and "\n" not in message
+
+
+def test_unsupported_graph_runs_eagerly_and_logs_once(caplog):
+    def cumulative(x):
+        return torch.cumsum(x, -1) * 2
+
+    def two_matmuls(x, w):
+        return (x @ w) @ w
+
+    f, g = compile(cumulative, backend="cpp"), compile(two_matmuls, backend="cpp")
+    w = torch.randn(40, 40)
+    with caplog.at_level(logging.WARNING, logger="kernelgen"):
+        for _ in range(3):
+            torch.testing.assert_close(f(X), cumulative(X))
+            torch.testing.assert_close(g(X, w), two_matmuls(X, w))
+    messages = [r.getMessage() for r in caplog.records if r.name == "kernelgen"]
+    assert len(messages) == 2
+    assert any("cumsum" in m for m in messages)
+    out = torch.empty(24, 40)
+    assert f(X, out=out) is out
+    torch.testing.assert_close(out, cumulative(X))
+
+
+def _record(graph, impl, config, median=1e-5, digest=None):
+    target = get_backend("cpp").target()
+    return TuningRecord(
+        workload_key=graph.workload_key, workload_family=graph.family_key, signature=graph.signature,
+        implementation=impl.name, implementation_hash=digest or impl.source_hash(), backend="cpp",
+        target_fingerprint=target.fingerprint, target_family=target.family, device=target.device_name,
+        toolchain=FrozenMap({"compiler": "test"}),
+        measurement=Measurement(Config(config), Status.OK, TimeStats(median, median, 0.0, 5)),
+        provenance=Provenance("host", "user", kernelgen.__version__, 0.0))
+
+
+def test_best_database_record_is_used_and_stale_ones_are_not(tmp_path):
+    db_module = pytest.importorskip("kernelgen.db")
+    graph = kernelgen.trace(bias_gelu, X, B)
+    impl = implementations_for(graph, "cpp")[0]
+    tuned = {"block": 2048, "schedule": "dynamic", "simd": False}
+    url = f"sqlite:///{tmp_path / 'tuning.sqlite'}"
+    db = db_module.open_db(url)
+    db.commit(_record(graph, impl, tuned, median=2e-5))
+    db.commit(_record(graph, impl, {"block": 4096, "schedule": "static", "simd": False}, median=1e-6,
+                      digest="old-template-source"))  # faster but for another version of the template
+    db.close()
+    f = compile(bias_gelu, backend="cpp", db=url)
+    torch.testing.assert_close(f(X, B), bias_gelu(X, B))
+    assert f.explain(X, B) == {"implementation": "pointwise", "config": tuned, "source": "db"}
+    fresh = compile(bias_gelu, backend="cpp", db=f"sqlite:///{tmp_path / 'empty.sqlite'}")
+    assert fresh.explain(X, B)["source"] == "default"
+
+
+def test_tune_auto_tunes_on_first_call_only(monkeypatch):
+    tuner = pytest.importorskip("kernelgen.tune.tuner")
+    calls = []
+
+    class Result:
+        best = None
+
+    def fake_tune_graph(graph, **kwargs):
+        calls.append(kwargs)
+        impl = implementations_for(graph, "cpp")[0]
+        result = Result()
+        result.best = _record(graph, impl, {"block": 1024, "schedule": "static", "simd": True})
+        return result
+
+    monkeypatch.setattr(tuner, "tune_graph", fake_tune_graph)
+    f = compile(bias_gelu, backend="cpp", tune="auto", trials=3)
+    y = torch.randn(5, 40)
+    for _ in range(2):
+        torch.testing.assert_close(f(y, B), bias_gelu(y, B))
+    assert len(calls) == 1 and calls[0]["trials"] == 3
+    assert f.explain(y, B)["source"] == "tuned"
+    with pytest.raises(Exception, match="tune"):
+        compile(bias_gelu, tune="always")
