@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,14 +29,23 @@ _WRITE_OPTION = "kernelgen_write"
 _URL_EXAMPLES = "e.g. sqlite:////home/me/tuning.sqlite or postgresql+psycopg://user@host:5432/dbname"
 
 
+def _mask(raw: str) -> str:
+    """Hide the password of a URL that did not even parse."""
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", raw)
+
+
 def parse_url(url: str) -> URL:
     """Parse and normalise a SQLAlchemy URL; ``postgresql://`` means the psycopg (3) driver."""
     if not isinstance(url, str) or "://" not in url:
-        raise DatabaseError(f"{url!r} is not a database URL: use a SQLAlchemy URL, {_URL_EXAMPLES}")
+        raise DatabaseError(f"{_mask(str(url))!r} is not a database URL: use a SQLAlchemy URL, {_URL_EXAMPLES}")
     try:
         parsed = make_url(url)
     except (sa_exc.ArgumentError, ValueError) as err:
-        raise DatabaseError(f"{url!r} is not a valid database URL ({err}): use {_URL_EXAMPLES}") from None
+        raise DatabaseError(f"{_mask(url)!r} is not a valid database URL ({_mask(str(err))}): "
+                            f"use {_URL_EXAMPLES}") from None
+    if parsed.get_backend_name() == "sqlite" and parsed.query:
+        raise DatabaseError(f"SQLite URL options {sorted(parsed.query)} in {shown(parsed)} are not supported: use "
+                            "sqlite:///path/to/file.sqlite (for read-only use pass it as --team-db)")
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed
