@@ -31,6 +31,16 @@ class _BoundLauncher:
         self.specs: tuple[TensorSpec, ...] = graph.signature + graph.output_specs
         self.n_inputs = len(graph.signature)
 
+    @property
+    def num_threads(self) -> int | None:
+        return getattr(self.kernel, "num_threads", None)
+
+    @num_threads.setter
+    def num_threads(self, value: int) -> None:
+        # The tuner pins the thread count it records; native kernels hand it to their launchers.
+        if hasattr(self.kernel, "num_threads"):
+            self.kernel.num_threads = value
+
     def check(self, tensors: tuple[Any, ...]) -> None:
         if len(tensors) != len(self.specs):
             raise InputMismatchError(f"{self.entry.implementation_name} takes {len(self.specs)} tensors "

@@ -1,0 +1,118 @@
+"""custom_call tracing and eager runs, candidates() matching, and the first-use check against the reference."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from cc_helpers import BIAS_GELU_CPP, bias_gelu, launch
+
+from kernelgen.custom_calls.checks import CheckFailedError
+from kernelgen.custom_calls.verify import describe
+from kernelgen.errors import InputMismatchError, RegistryError
+from kernelgen.ir import trace
+from kernelgen.reference import evaluate
+from kernelgen.registry import candidates, custom_call, reference_for, register_custom_call
+from kernelgen.target import Target
+
+
+def _register(name="bg", **overrides):
+    kwargs = dict(language="cpp", source=BIAS_GELU_CPP, symbol="bias_gelu", reference=bias_gelu)
+    kwargs.update(overrides)
+    return register_custom_call(name, **kwargs)(launch())
+
+
+def uses_bg(x, b):
+    return custom_call("bg", x, b)
+
+
+def test_custom_call_runs_the_reference_eagerly_and_traces_to_one_node(registry):
+    _register()
+    x, b = torch.randn(3, 8), torch.randn(8)
+    torch.testing.assert_close(uses_bg(x, b), bias_gelu(x, b))
+    graph = trace(uses_bg, x, b)
+    assert [n.op for n in graph.nodes] == ["input", "input", "custom_call"]
+    assert graph.nodes[2].attr("name") == "bg" and graph.output_specs[0].shape == (3, 8)
+    torch.testing.assert_close(evaluate(graph, [x, b], custom_calls=reference_for)[0], bias_gelu(x, b))
+
+
+def test_unknown_custom_call_names_the_registered_ones(registry):
+    _register()
+    with pytest.raises(RegistryError, match="no custom call named 'nope'.*registered: bg"):
+        custom_call("nope", torch.ones(2))
+
+
+def test_named_call_and_replaced_pattern_are_candidates(registry):
+    _register(replaces=bias_gelu)
+    x, b = torch.randn(4, 16), torch.randn(16)
+    for graph in (trace(uses_bg, x, b), trace(bias_gelu, x, b)):
+        (impl,) = candidates(graph, "cpp")
+        assert impl.name == "custom:bg/cpp" and impl.backend == "cpp"
+        assert candidates(graph, "triton") == []  # a CPU C++ call is not a GPU-backend candidate
+    other = trace(lambda x, b: torch.nn.functional.gelu(x - b), x, b)
+    assert candidates(other, "cpp") == []
+
+
+def test_name_only_call_does_not_replace_plain_torch(registry):
+    _register()
+    assert candidates(trace(bias_gelu, torch.randn(4, 16), torch.randn(16)), "cpp") == []
+
+
+def test_dtype_layout_and_constraint_filters(registry):
+    _register(replaces=bias_gelu, dtypes=("float32",),
+              constraints=[lambda specs: specs[1].shape == (specs[0].shape[-1],)])
+    assert candidates(trace(bias_gelu, torch.randn(4, 16).double(), torch.randn(16).double()), "cpp") == []
+    assert candidates(trace(bias_gelu, torch.randn(16, 4).t(), torch.randn(16)), "cpp") == []
+    assert candidates(trace(bias_gelu, torch.randn(4, 16), torch.randn(4, 16)), "cpp") == []
+    assert len(candidates(trace(bias_gelu, torch.randn(4, 16), torch.randn(16)), "cpp")) == 1
+
+
+def test_built_launcher_runs_validates_and_has_a_stable_identity(registry):
+    _register(replaces=bias_gelu)
+    x, b = torch.randn(5, 33), torch.randn(33)
+    (impl,) = candidates(trace(bias_gelu, x, b), "cpp")
+    target = Target.current("cpp")
+    run = impl.build(impl.default_config(target), target)
+    y = torch.empty(5, 33)
+    run(x, b, y)
+    torch.testing.assert_close(y, bias_gelu(x, b))
+    with pytest.raises(InputMismatchError, match="argument 0"):
+        run(torch.randn(5, 34), b, y)
+    assert impl.source_hash() == candidates(trace(bias_gelu, x, b), "cpp")[0].source_hash()
+
+
+def test_wrong_call_fails_its_check_every_time_and_the_reason_is_listed(registry):
+    _register(symbol="bias_only", replaces=bias_gelu)
+    x, b = torch.randn(6, 40), torch.randn(40)
+    (impl,) = candidates(trace(bias_gelu, x, b), "cpp")
+    target = Target.current("cpp")
+    for _ in range(2):  # the verdict is kept: a second build fails too, without running the kernel again
+        with pytest.raises(CheckFailedError, match="differs from the reference"):
+            impl.build(impl.default_config(target), target)
+    row = describe(registry.entries()[0])
+    assert row["check"].startswith("failed:") and "differs from the reference" in row["check"]
+    assert row["rejected"][0]["specs"][0]["shape"] == [6, 40]
+    json.dumps(row)
+
+
+def test_launcher_exception_is_a_failed_check(registry):
+    def broken(inputs, outputs, config, kernel):
+        raise RuntimeError("launch went wrong")
+
+    register_custom_call("bg", language="cpp", source=BIAS_GELU_CPP, symbol="bias_gelu", reference=bias_gelu,
+                         replaces=bias_gelu)(broken)
+    (impl,) = candidates(trace(bias_gelu, torch.randn(2, 8), torch.randn(8)), "cpp")
+    target = Target.current("cpp")
+    with pytest.raises(CheckFailedError, match="RuntimeError: launch went wrong"):
+        impl.build(impl.default_config(target), target)
+
+
+def test_config_outside_the_space_is_refused(registry):
+    _register(replaces=bias_gelu, params={"chunk": [1, 2]})
+    (impl,) = candidates(trace(bias_gelu, torch.randn(2, 8), torch.randn(8)), "cpp")
+    from kernelgen.errors import KernelgenError
+    from kernelgen.values import Config
+
+    with pytest.raises(KernelgenError, match="chunk=3"):
+        impl.build(Config(chunk=3), Target.current("cpp"))
