@@ -1,0 +1,85 @@
+"""Flash-attention template on Triton (interpreter without a GPU) against torch's scaled_dot_product_attention."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton's first import
+pytest.importorskip("triton")
+
+import torch.nn.functional as F  # noqa: E402
+
+import kernelgen  # noqa: E402
+from kernelgen.backends import get_backend  # noqa: E402
+from kernelgen.backends.triton import interpreter_active  # noqa: E402
+from kernelgen.reference import evaluate  # noqa: E402
+from kernelgen.target import Target  # noqa: E402
+from kernelgen.templates import attention_triton, match  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not (interpreter_active() or torch.cuda.is_available()),
+                                reason="triton was imported before TRITON_INTERPRET=1 was set")
+DEVICE = "cuda" if torch.cuda.is_available() and not interpreter_active() else "cpu"
+TOL = {torch.float32: 1e-5, torch.float16: 2e-3}
+SMALL = {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
+
+
+def run(fn, q, k, v, config=None):
+    graph = kernelgen.trace(fn, q, k, v)
+    template, problem = match(graph)
+    assert template.name == "attention"
+    target = get_backend("triton").target()
+    source = template.render(problem, config or template.default_config(problem, target), target)
+    kernel = get_backend("triton").compile(source)
+    spec = graph.output_specs[0]
+    out = torch.full(spec.shape, float("nan"), device=DEVICE).to(getattr(torch, spec.dtype))
+    kernel(q, k, v, out)
+    tol = TOL[out.dtype]
+    torch.testing.assert_close(out, evaluate(graph, [q, k, v])[0], atol=tol, rtol=tol)
+    torch.testing.assert_close(out, fn(q, k, v), atol=2 * tol, rtol=2 * tol)
+    return source
+
+
+def rand(*shape, dtype=torch.float32):
+    return torch.randn(*shape, device=DEVICE).to(dtype)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("q_len,kv_len", [(37, 21), (21, 50)])
+def test_q_len_differs_from_kv_len_with_several_key_blocks(causal, q_len, kv_len):
+    # head_dim 24 and v_dim 20 are padded to 32: masks on the head dims too
+    source = run(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+                 rand(1, 2, q_len, 24), rand(1, 2, kv_len, 24), rand(1, 2, kv_len, 20), config=SMALL)
+    assert "exp2" in source.text and ("offs_n[None, :] <= offs_m[:, None]" in source.text) == causal
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_default_config_equal_lengths(causal):
+    run(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+        rand(2, 1, 33, 16), rand(2, 1, 33, 16), rand(2, 1, 33, 16))
+
+
+def test_fp16_rank3_inputs_and_explicit_scale():
+    q, k, v = rand(2, 19, 32, dtype=torch.float16), rand(2, 45, 32, dtype=torch.float16), rand(2, 45, 32, dtype=torch.float16)
+    run(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3), q, k, v, config=SMALL)
+
+
+def test_gpu_space_respects_shared_memory_and_threads():
+    os.environ["KERNELGEN_TRITON_AOT"] = "0"  # analytic constraints only
+    try:
+        t = torch.empty(4, 8, 1024, 128, dtype=torch.float16)
+        graph = kernelgen.trace(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), t, t, t)
+        problem = match(graph)[1]
+        for arch in ("sm_90", "gfx942"):
+            target = Target.gpu(arch)
+            space = attention_triton.space(problem, target)
+            assert space.is_valid(space.default())
+            for config in space:
+                assert attention_triton.shared_memory_estimate(problem, config) <= target.limits["shared_memory"]
+        big = {"BLOCK_M": 256, "BLOCK_N": 128, "num_warps": 8, "num_stages": 4}
+        assert any("shared memory" in v for v in attention_triton.space(problem, Target.gpu("gfx942")).violations(big))
+    finally:
+        del os.environ["KERNELGEN_TRITON_AOT"]
