@@ -87,6 +87,7 @@ class CustomCall:
             self._hash.append(content_hash({
                 "language": self.language, "source": body, "symbol": self.symbol, "options": list(self.options),
                 "defines": list(self.defines), "launcher": _source_of(self.launcher),
+                "bound": _bound_values(self.launcher),
                 "params": {p.name: list(p.choices) for p in self.params},
             }))
         return self._hash[0]
@@ -122,6 +123,21 @@ def _source_of(fn: Any) -> str:
         return inspect.getsource(fn)
     except (OSError, TypeError):
         return getattr(fn, "__qualname__", repr(fn))
+
+
+def _bound_values(fn: Any) -> list[str]:
+    """Scalars a launcher closes over or defaults to: two launchers from one factory differ by these."""
+    cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ()) if _is_filled(c)]
+    values = cells + list(getattr(fn, "__defaults__", None) or ())
+    return [repr(v) for v in values if v is None or isinstance(v, (str, int, float, bool, tuple))]
+
+
+def _is_filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:  # an empty cell
+        return False
+    return True
 
 
 def _origin_dir(launcher: Callable[..., Any]) -> Path:
@@ -272,6 +288,8 @@ def make_entry(launcher: Callable[..., None], *, name: str, language: str, platf
             path = (base / source).resolve()
             if not path.is_file():
                 raise RegistryError(f"{where}: source file {path} not found")
+            if path.suffix != ".py":  # snapshot: the hash and the compiled kernel must agree in this process
+                text = path.read_text()
         else:
             text = source
     elif source is not None:

@@ -10,7 +10,7 @@ BIAS_GELU_CPP = r"""
 #include <cstdint>
 extern "C" void bias_gelu(const float* x, const float* b, float* y, int64_t rows, int64_t cols, int64_t repeat) {
     // `repeat` > 1 recomputes the row that many times: a deliberately slow variant of the same kernel.
-    #pragma omp parallel for
+    // Single-threaded on purpose: an OpenMP barrier on a loaded 2-core machine adds noise of its own.
     for (int64_t r = 0; r < rows; ++r)
         for (int64_t k = 0; k < repeat; ++k)
             #pragma omp simd

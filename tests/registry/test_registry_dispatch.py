@@ -1,0 +1,79 @@
+"""Custom calls compete in tuning and dispatch: the fastest correct one wins, a slower one loses, and a
+wrong one is rejected and never dispatched (the function then runs eagerly and stays correct)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from cc_helpers import BIAS_GELU_CPP, bias_gelu, launch
+
+from kernelgen.ir import trace
+from kernelgen.registry import candidates, custom_call, register_custom_call
+
+tuner = pytest.importorskip("kernelgen.tune.tuner", reason="the tuner (kernelgen/tune/tuner.py) is not built yet")
+dispatch = pytest.importorskip("kernelgen.dispatch", reason="the dispatcher (kernelgen/dispatch.py) is not built yet")
+
+
+def _register(variant="", symbol="bias_gelu", repeat=1, replaces=bias_gelu, name="bg"):
+    register_custom_call(name, language="cpp", variant=variant, source=BIAS_GELU_CPP, symbol=symbol,
+                         reference=bias_gelu, replaces=replaces)(launch(repeat))
+
+
+@pytest.fixture()
+def db_url(tmp_path):
+    return f"sqlite:///{tmp_path / 'tuning.sqlite'}"
+
+
+def _tune(graph, impls, url):
+    from kernelgen.db import open_db
+    from kernelgen.tune.measure import TimingPolicy
+
+    db = open_db(url)
+    try:
+        return tuner.tune_graph(graph, backend="cpp", db=db, trials=1, implementations=impls, isolate=False,
+                                policy=TimingPolicy(min_time=0.01, min_repeats=3))
+    finally:
+        db.close()
+
+
+def test_fastest_correct_custom_call_wins_dispatch(registry, db_url):
+    _register()  # fast
+    _register(variant="slow", repeat=2000)  # the same kernel, recomputed 2000 times
+    _register(variant="wrong", symbol="bias_only")  # forgets the GELU
+    x, b = torch.randn(64, 256), torch.randn(256)
+    graph = trace(bias_gelu, x, b)
+    impls = candidates(graph, "cpp")
+    assert sorted(i.name for i in impls) == ["custom:bg/cpp", "custom:bg/cpp.slow", "custom:bg/cpp.wrong"]
+    result = _tune(graph, impls, db_url)
+    by_impl = {}
+    for record in result.trials:
+        by_impl.setdefault(record.implementation, []).append(record)
+    assert all(not r.measurement.ok for r in by_impl["custom:bg/cpp.wrong"])
+    assert "failed its check" in by_impl["custom:bg/cpp.wrong"][0].measurement.message
+    assert any(r.measurement.ok for r in by_impl["custom:bg/cpp.slow"])
+    assert result.best.implementation == "custom:bg/cpp"
+
+    compiled = dispatch.compile(bias_gelu, backend="cpp", db=db_url)
+    torch.testing.assert_close(compiled(x, b), bias_gelu(x, b))
+    assert compiled.explain(x, b)["implementation"] == "custom:bg/cpp"
+
+
+def test_wrong_custom_call_is_never_dispatched(registry, db_url, caplog):
+    _register(name="bad", symbol="bias_only", replaces=None)
+    x, b = torch.randn(16, 32), torch.randn(32)
+
+    def uses_bad(x, b):
+        return custom_call("bad", x, b)
+
+    graph = trace(uses_bad, x, b)
+    (impl,) = candidates(graph, "cpp")
+    result = _tune(graph, [impl], db_url)
+    assert result.best is None and result.trials and all(not r.measurement.ok for r in result.trials)
+
+    compiled = dispatch.compile(uses_bad, backend="cpp", db=db_url)
+    with caplog.at_level("WARNING"):
+        y = compiled(x, b)
+    torch.testing.assert_close(y, bias_gelu(x, b))  # eager: the reference, not the wrong kernel
+    assert compiled.explain(x, b)["implementation"] == "eager"
+    assert any("failed its check" in r.getMessage() or "differs from the reference" in r.getMessage()
+               for r in caplog.records)
