@@ -186,12 +186,8 @@ def render(problem: GemmProblem, config: Config, target: Target) -> Source:
         "struct Ctx { const a_t* A; const b_t* B; out_t* C; acc_t* W; Offs off; int64_t bi; void* const* ptrs; };",
         _finish_row(problem, layout),
     ]
-    if acc == "float":
-        micro = f"#ifdef KG_AVX2\n{kernels.MICROKERNEL_AVX2}\n#else\n{kernels.MICROKERNEL_PORTABLE}\n#endif\n"
-    else:
-        micro = kernels.MICROKERNEL_PORTABLE
     entry = "kg_gemm"
-    text = "\n".join([cpp_expr.PRELUDE, kernels.PRELUDE, *header, kernels.PACKING, micro,
+    text = "\n".join([cpp_expr.PRELUDE, kernels.PRELUDE, *header, kernels.PACKING, kernels.MICROKERNEL,
                       kernels.DRIVER.replace("@ENTRY@", entry)])
     signature = [spec.to_json() for spec in (*graph.signature, *graph.output_specs)]
     return Source("cpp", text, entry, (), FrozenMap(signature=json.dumps(signature)))

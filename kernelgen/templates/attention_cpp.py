@@ -1,0 +1,284 @@
+"""C++/OpenMP renderer of the attention template: flash-style online softmax over key blocks, on the CPU.
+
+Each task is one (batch, head, block of BLOCK_M queries): it keeps a running row max, row sum and a
+rescaled output accumulator while it walks BLOCK_N keys at a time, computing Q·Kᵀ and P·V with an
+MR×NR register micro-tile (GCC vector extensions: AVX2 FMA here). Causal attention follows
+``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``, which the reference evaluates:
+query i sees keys 0..i (top-left alignment, also when q_len != kv_len); key blocks past a query block's
+last visible key are skipped, not masked.
+"""
+
+from __future__ import annotations
+
+import json
+
+from kernelgen.codegen import cpp_expr
+from kernelgen.space import Constraint, Param, SearchSpace
+from kernelgen.target import Target
+from kernelgen.templates.attention import AttentionProblem
+from kernelgen.values import Config, FrozenMap, Source
+
+BLOCK_M_CHOICES = (8, 16, 24, 32, 48, 64, 96, 128)
+BLOCK_N_CHOICES = (16, 32, 64, 128, 256, 512)
+MR_CHOICES = (1, 2, 3, 4, 6, 8)
+NR_CHOICES = (8, 16, 24, 32)
+VECTOR_REGISTERS = 16
+_DEFAULTS = (
+    {"BLOCK_M": 64, "BLOCK_N": 128, "MR": 4, "NR": 16},
+    {"BLOCK_M": 32, "BLOCK_N": 64, "MR": 4, "NR": 16},
+    {"BLOCK_M": 16, "BLOCK_N": 32, "MR": 4, "NR": 8},
+)
+
+
+def _round_up(x: int, m: int) -> int:
+    return (x + m - 1) // m * m
+
+
+def _working_set(problem: AttentionProblem, c: Config, acc: int) -> int:
+    """Bytes of one task's blocks: Q, K, V, scores and the output accumulator."""
+    bm, bn, d, dv = c["BLOCK_M"], c["BLOCK_N"], problem.head_dim, _round_up(problem.v_dim, 8)
+    return acc * (bm * d + (bn + 2 * c["MR"]) * d + bn * dv + (bn + c["MR"]) * bm + bm * dv)
+
+
+def space(problem: AttentionProblem, target: Target) -> SearchSpace:
+    """Block sizes and micro-tile shape, with the register file and L2 capacity of ``target`` as limits."""
+    acc = 8 if problem.q.dtype == "float64" else 4
+    lanes = (32 if "avx" in target.features else 16) // acc
+    l2 = int(target.caches.get("l2") or 256 * 1024)
+    constraints = [
+        Constraint(f"MR*NR/{lanes} accumulators + NR/{lanes} B vectors + 1 broadcast fit in "
+                   f"{VECTOR_REGISTERS} vector registers",
+                   lambda c: c["MR"] * c["NR"] // lanes + c["NR"] // lanes + 1 <= VECTOR_REGISTERS),
+        Constraint("BLOCK_M is a multiple of MR and of NR (queries are both tile rows and tile columns)",
+                   lambda c: c["BLOCK_M"] % c["MR"] == 0 and c["BLOCK_M"] % c["NR"] == 0),
+        Constraint(f"one task's Q, K, V, score and output blocks fit in half of L2 ({l2} B)",
+                   lambda c: _working_set(problem, c, acc) <= l2 // 2),
+    ]
+    params = [Param("BLOCK_M", BLOCK_M_CHOICES), Param("BLOCK_N", BLOCK_N_CHOICES), Param("MR", MR_CHOICES),
+              Param("NR", NR_CHOICES)]
+    probe = SearchSpace(params, constraints)
+    default = next((d for d in _DEFAULTS if probe.is_valid(Config(d))), None)
+    return SearchSpace(params, constraints, default)
+
+
+_KERNEL = r"""
+typedef acc_t vacc __attribute__((vector_size(32)));
+typedef acc_t vacc_u __attribute__((vector_size(32), aligned(sizeof(acc_t))));  // unaligned loads/stores
+static constexpr int VL = 32 / (int)sizeof(acc_t);
+static constexpr int64_t DVP = (DV + 7) / 8 * 8;  // output rows padded to whole 8-wide chunks
+// fp32 K and V rows with unit stride are read in place; anything else is converted into a block buffer.
+static constexpr bool K_DIRECT = K_NATIVE && K_SD == 1;
+static constexpr bool V_DIRECT = V_NATIVE && V_SD == 1 && DV % 8 == 0;
+
+// c[RB][CB] (+)= sum_k a[r * lda + k * ldk] * b[k * ldb + j]: the register micro-tile of both products.
+template <int RB, int CB, bool ACCUMULATE>
+static inline void tile(int64_t kd, const acc_t* __restrict a, int64_t lda, int64_t ldk, const acc_t* __restrict b,
+                        int64_t ldb, acc_t* __restrict c, int64_t ldc) {
+  constexpr int NV = CB / VL;
+  vacc s[RB][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < RB; ++r)
+#pragma GCC unroll 8
+    for (int j = 0; j < NV; ++j) s[r][j] = ACCUMULATE ? (vacc)*(const vacc_u*)(c + r * ldc + j * VL) : vacc{};
+#pragma GCC unroll 2
+  for (int64_t k = 0; k < kd; ++k) {
+    vacc bv[NV];
+#pragma GCC unroll 8
+    for (int j = 0; j < NV; ++j) bv[j] = *(const vacc_u*)(b + k * ldb + j * VL);
+#pragma GCC unroll 8
+    for (int r = 0; r < RB; ++r) {
+      const vacc av = vacc{} + a[r * lda + k * ldk];
+#pragma GCC unroll 8
+      for (int j = 0; j < NV; ++j) s[r][j] += av * bv[j];
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < RB; ++r)
+#pragma GCC unroll 8
+    for (int j = 0; j < NV; ++j) *(vacc_u*)(c + r * ldc + j * VL) = s[r][j];
+}
+
+struct Scratch {
+  acc_t* ptr = nullptr;
+  ~Scratch() { std::free(ptr); }
+};
+
+// Scores are kept transposed, S^T[key][query], so the online softmax runs along contiguous queries (vector
+// lanes) and K rows serve directly as the broadcast operand of Q.K^T: no per-block transpose of K.
+static void attend_block(void* const* ptrs, int64_t b, int64_t h, int64_t i0, acc_t* __restrict buf) {
+  const q_t* q = (const q_t*)ptrs[Q_ARG] + b * Q_SB + h * Q_SH;
+  const k_t* k = (const k_t*)ptrs[K_ARG] + b * K_SB + h * K_SH;
+  const v_t* v = (const v_t*)ptrs[V_ARG] + b * V_SB + h * V_SH;
+  out_t* o = (out_t*)ptrs[OUT_ARG] + ((b * H + h) * LQ) * DV;
+  acc_t* __restrict qt = buf;                 // [D][BM]: Q block transposed and pre-scaled
+  acc_t* __restrict kb = qt + D * BM;         // [BN + MR][D]: converted K block
+  acc_t* __restrict pad = kb + (BN + MR) * D; // [MR][D]: a ragged last group of K rows, zero padded
+  acc_t* __restrict vb = pad + MR * D;        // [BN][DVP]: converted V block
+  acc_t* __restrict st = vb + BN * DVP;       // [BN + MR][BM]: scores, then probabilities
+  acc_t* __restrict ob = st + (BN + MR) * BM; // [BM][DVP]: output accumulator
+  acc_t* __restrict mx = ob + BM * DVP;       // [BM] running max
+  acc_t* __restrict sum = mx + BM;            // [BM] running sum
+  acc_t* __restrict alpha = sum + BM;         // [BM] rescale factor of the current block
+  acc_t* __restrict part = alpha + BM;        // [BM] this block's probability sums
+  const int64_t rows = std::min<int64_t>(BM, LQ - i0);
+  for (int64_t r = 0; r < BM; ++r) {
+    const q_t* src = q + (i0 + std::min<int64_t>(r, rows - 1)) * Q_SS;
+    for (int64_t d = 0; d < D; ++d) qt[d * BM + r] = r < rows ? LOAD_Q(src[d * Q_SD]) * SCALE : acc_t(0);
+    for (int64_t d = 0; d < DVP; ++d) ob[r * DVP + d] = 0;
+    mx[r] = NEG_BIG;
+    sum[r] = 0;
+  }
+  // Causal: the block's last query sees keys up to its own index, so later key blocks are skipped.
+  const int64_t kv_end = CAUSAL ? std::min<int64_t>(LK, i0 + rows) : LK;
+  for (int64_t j0 = 0; j0 < kv_end; j0 += BN) {
+    const int64_t kc = std::min<int64_t>(BN, kv_end - j0);
+    const acc_t* krows;
+    int64_t lda;
+    if (K_DIRECT) {
+      krows = (const acc_t*)(const void*)(k + j0 * K_SS);
+      lda = K_SS;
+    } else {
+      for (int64_t j = 0; j < kc; ++j)
+        for (int64_t d = 0; d < D; ++d) kb[j * D + d] = LOAD_K(k[(j0 + j) * K_SS + d * K_SD]);
+      krows = kb;
+      lda = D;
+    }
+    const acc_t* vrows;
+    int64_t ldv;
+    if (V_DIRECT) {
+      vrows = (const acc_t*)(const void*)(v + j0 * V_SS);
+      ldv = V_SS;
+    } else {
+      for (int64_t j = 0; j < kc; ++j) {
+        for (int64_t d = 0; d < DV; ++d) vb[j * DVP + d] = LOAD_V(v[(j0 + j) * V_SS + d * V_SD]);
+        for (int64_t d = DV; d < DVP; ++d) vb[j * DVP + d] = 0;
+      }
+      vrows = vb;
+      ldv = DVP;
+    }
+    // S^T = K Q^T, MR keys by NR queries at a time; a ragged last group of keys goes through zeroed rows.
+    int64_t j = 0;
+    for (; j + MR <= kc; j += MR)
+      for (int64_t c = 0; c < BM; c += NR) tile<MR, NR, false>(D, krows + j * lda, lda, 1, qt + c, BM, st + j * BM + c, BM);
+    if (j < kc) {  // rows past kc produce scores in st's slack rows, never read
+      const acc_t* rows_k = kb + j * D;
+      if (K_DIRECT) {
+        for (int64_t r = 0; r < MR; ++r)
+          for (int64_t d = 0; d < D; ++d) pad[r * D + d] = j + r < kc ? krows[(j + r) * lda + d] : acc_t(0);
+        rows_k = pad;
+      }
+      for (int64_t c = 0; c < BM; c += NR) tile<MR, NR, false>(D, rows_k, D, 1, qt + c, BM, st + j * BM + c, BM);
+    }
+    // Online softmax along keys, vectorised over the block's queries.
+    const bool diagonal = CAUSAL && j0 + kc - 1 > i0;  // some key is later than the first query
+    for (int64_t r = 0; r < BM; ++r) { alpha[r] = mx[r]; part[r] = 0; }
+    for (int64_t jj = 0; jj < kc; ++jj) {
+      const acc_t* __restrict srow = st + jj * BM;
+      if (diagonal) {
+        for (int64_t r = 0; r < BM; ++r) alpha[r] = std::max(alpha[r], j0 + jj <= i0 + r ? srow[r] : NEG_BIG);
+      } else {
+        for (int64_t r = 0; r < BM; ++r) alpha[r] = std::max(alpha[r], srow[r]);
+      }
+    }
+    for (int64_t r = 0; r < BM; ++r) {  // alpha holds the new max here
+      const acc_t m = alpha[r];
+      alpha[r] = std::exp(mx[r] - m);
+      mx[r] = m;
+    }
+    for (int64_t jj = 0; jj < kc; ++jj) {
+      acc_t* __restrict srow = st + jj * BM;
+      if (diagonal) {
+        for (int64_t r = 0; r < BM; ++r) {
+          const acc_t p = j0 + jj <= i0 + r ? std::exp(srow[r] - mx[r]) : acc_t(0);
+          srow[r] = p;
+          part[r] += p;
+        }
+      } else {
+        for (int64_t r = 0; r < BM; ++r) {
+          const acc_t p = std::exp(srow[r] - mx[r]);
+          srow[r] = p;
+          part[r] += p;
+        }
+      }
+    }
+    for (int64_t r = 0; r < BM; ++r) {
+      sum[r] = sum[r] * alpha[r] + part[r];
+      if (alpha[r] != acc_t(1)) {
+        acc_t* __restrict orow = ob + r * DVP;
+        for (int64_t d = 0; d < DVP; ++d) orow[d] *= alpha[r];
+      }
+    }
+    // O += P^T V, MR queries by NR value columns at a time.
+    for (int64_t r = 0; r < BM; r += MR) {
+      int64_t c = 0;
+      for (; c + NR <= DVP; c += NR) tile<MR, NR, true>(kc, st + r, 1, BM, vrows + c, ldv, ob + r * DVP + c, DVP);
+      for (; c < DVP; c += 8) tile<MR, 8, true>(kc, st + r, 1, BM, vrows + c, ldv, ob + r * DVP + c, DVP);
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const acc_t inv = acc_t(1) / sum[r];
+    out_t* dst = o + (i0 + r) * DV;
+    const acc_t* __restrict src = ob + r * DVP;
+    for (int64_t d = 0; d < DV; ++d) dst[d] = STORE_OUT(src[d] * inv);
+  }
+}
+
+extern "C" void @ENTRY@(void* const* ptrs, int64_t num_threads) {
+  constexpr int64_t NQB = (LQ + BM - 1) / BM, TASKS = B * H * NQB;
+  constexpr int64_t BUF = D * BM + (BN + 2 * MR) * D + BN * DVP + (BN + MR) * BM + BM * DVP + 4 * BM;
+  if (TASKS == 0) return;
+  int nt = num_threads < 1 ? 1 : int(num_threads);
+  if (double(B * H) * double(LQ) * double(LK) * double(D + DV) < 131072.0) nt = 1;  // not worth the pool
+#pragma omp parallel num_threads(nt)
+  {
+    static thread_local Scratch scratch;
+    if (scratch.ptr == nullptr)  // BUF is fixed for this library: allocate once per thread
+      scratch.ptr = (acc_t*)std::aligned_alloc(64, (sizeof(acc_t) * BUF + 63) / 64 * 64);
+    // Dynamic: causal blocks differ in cost; the costliest (last query blocks) are handed out first.
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < TASKS; ++t) {
+      const int64_t qb = NQB - 1 - t % NQB, bh = t / NQB;
+      attend_block(ptrs, bh / H, bh % H, qb * BM, scratch.ptr);
+    }
+  }
+}
+"""
+
+
+def render(problem: AttentionProblem, config: Config, target: Target) -> Source:
+    """C++ source of the attention kernel for ``config``; raises ``ValueError`` for a config the space rejects."""
+    problems = space(problem, target).violations(config)
+    if problems:
+        raise ValueError(f"attention config {dict(config)} is invalid: {'; '.join(problems)}")
+    graph = problem.graph
+    p = problem
+    acc = "double" if p.q.dtype == "float64" else "float"
+    consts = {
+        "B": p.batch, "H": p.heads, "LQ": p.q_len, "LK": p.kv_len, "D": p.head_dim, "DV": p.v_dim,
+        "BM": config["BLOCK_M"], "BN": config["BLOCK_N"], "MR": config["MR"], "NR": config["NR"],
+        "Q_ARG": p.q.arg, "K_ARG": p.k.arg, "V_ARG": p.v.arg, "OUT_ARG": len(graph.signature),
+    }
+    for name, operand in (("Q", p.q), ("K", p.k), ("V", p.v)):
+        consts.update({f"{name}_S{axis}": stride for axis, stride in zip("BHSD", operand.strides)})
+    header = [
+        "#include <cstdlib>", "#include <algorithm>",
+        f"typedef {acc} acc_t;",
+        *(f"typedef {cpp_expr.storage_type(op.dtype)} {name}_t;" for name, op in (("q", p.q), ("k", p.k), ("v", p.v))),
+        f"typedef {cpp_expr.storage_type(p.out_dtype)} out_t;",
+        *(f"static constexpr int64_t {name} = {value};" for name, value in consts.items()),
+        f"static constexpr bool CAUSAL = {'true' if p.causal else 'false'};",
+        *(f"static constexpr bool {name}_NATIVE = {'true' if op.dtype == ('float64' if acc == 'double' else 'float32') else 'false'};"
+          for name, op in (("K", p.k), ("V", p.v))),
+        f"static constexpr acc_t SCALE = {p.scale!r};",
+        f"static constexpr acc_t NEG_BIG = {'-3.0e38f' if acc == 'float' else '-1.0e300'};",
+        *(f"#define LOAD_{name}(x) ((acc_t){cpp_expr.load(op.dtype, '(x)')})"
+          for name, op in (("Q", p.q), ("K", p.k), ("V", p.v))),
+        f"#define STORE_OUT(x) ({cpp_expr.convert(p.out_dtype, '(x)')})",
+    ]
+    entry = "kg_attention"
+    text = "\n".join([cpp_expr.PRELUDE, *header, _KERNEL.replace("@ENTRY@", entry)])
+    signature = [spec.to_json() for spec in (*graph.signature, *graph.output_specs)]
+    return Source("cpp", text, entry, (), FrozenMap(signature=json.dumps(signature)))
+
+
+__all__ = ["render", "space"]
