@@ -364,56 +364,110 @@ class _SearchState:
             self.opts.on_trial(event)
 
 
-def _search_worker(index: int, space: Any, state: _SearchState, recorder: _Recorder,
-                   make_measurer: Callable[[], Any], searcher_args: dict[str, Any], measurers: list[Any]) -> None:
+def _searcher_class() -> type:
+    """``Searcher``, or a shim when this kernelgen's ``Searcher.ask`` drops enqueued warm starts.
+
+    The first ``Searcher`` computed its history before popping the enqueued trial, so it saw every warm start
+    as taken and skipped it. Probed once on a small in-memory study; the shim is unused once fixed.
+    """
+    global _SEARCHER
+    if _SEARCHER is not None:
+        return _SEARCHER
+    from kernelgen.space import Param, SearchSpace
+    from kernelgen.tune import samplers
     from kernelgen.tune.search import Searcher
 
-    seed = state.opts.seed
-    searcher = Searcher(space, seed=None if seed is None else seed + index, **searcher_args)
+    warm = [Config(p=37), Config(p=5)]
+    probe = Searcher(SearchSpace([Param("p", tuple(range(64)))]), sampler="random", seed=0, warm_start=warm)
+    if [probe.ask(), probe.ask()] == warm:
+        _SEARCHER = Searcher
+        return Searcher
+
+    class WarmStartSearcher(Searcher):
+        def ask(self) -> Config | None:
+            for _ in range(16):
+                trial = self.study.ask(samplers.distributions(self.domain))
+                hist = samplers.History.of(self.study, self.domain, exclude=trial.number)
+                row = tuple(int(trial.params[name]) for name in self.domain.names)
+                config = self.domain.decode(row)
+                exhausted = self.domain.size is not None and len(hist.seen) >= self.domain.size
+                if exhausted or row in hist.seen or not self.space.is_valid(config):
+                    trial.set_user_attr(samplers.ATTR_SKIPPED, True)
+                    self.study.tell(trial, state=samplers.TrialState.FAIL)
+                    if exhausted:
+                        return None
+                    continue
+                trial.set_user_attr("config", config.to_json())
+                self._pending[config] = trial
+                return config
+            return None
+
+    _SEARCHER = WarmStartSearcher
+    return WarmStartSearcher
+
+
+_SEARCHER: type | None = None
+
+
+def _search_worker(searcher: Any, lock: threading.Lock, state: _SearchState, recorder: _Recorder,
+                   make_measurer: Callable[[], Any], measurers: list[Any]) -> None:
+    """One measuring thread. The searcher is shared and serialised by ``lock``; measuring runs in parallel."""
     with make_measurer() as measurer:
         measurers.append(measurer)
         while state.take_slot():
-            config = searcher.ask()
+            with lock:
+                config = searcher.ask()
+                earlier = None if config is None else state.known.get(config)
+                if earlier is not None:  # measured by an earlier run: tell it, do not measure it again
+                    searcher.tell(config, earlier.measurement)
             if config is None:
                 state.finish("exhausted")
                 return
-            earlier = state.known.get(config)
-            if earlier is not None:  # measured by an earlier run: tell it, do not measure it again
-                searcher.tell(config, earlier.measurement)
+            if earlier is not None:
                 state.report(earlier, measured=False)
                 continue
             try:
                 measurement = measurer.measure(config)
             except BaseException:
-                searcher.abandon(config)
+                with lock:
+                    searcher.abandon(config)
                 state.finish("interrupted")
                 raise
             if state.interrupted.is_set():  # the worker was killed under us: not a real result
-                searcher.abandon(config)
+                with lock:
+                    searcher.abandon(config)
                 state.finish("interrupted")
                 return
             record = recorder.commit(measurement)  # commit before tell: a kill in between loses nothing
-            searcher.tell(config, measurement)
+            with lock:
+                searcher.tell(config, measurement)
             state.report(record, measured=True)
 
 
 def _run_workers(space: Any, state: _SearchState, recorder: _Recorder, make_measurer: Callable[[], Any],
                  searcher_args: dict[str, Any], opts: _Options) -> None:
+    """Search with ``opts.workers`` measuring threads (each with its own worker process) on one study.
+
+    Local threads share one Searcher: Optuna's hand-out of enqueued trials is not atomic on SQLite, so
+    separate Searchers in one process could measure a warm start twice. Other processes and hosts join
+    the same study through its storage URL.
+    """
     measurers: list[Any] = []
+    lock = threading.Lock()
+    searcher = _searcher_class()(space, seed=opts.seed, **searcher_args)
     if opts.workers == 1:
-        _search_worker(0, space, state, recorder, make_measurer, searcher_args, measurers)
+        _search_worker(searcher, lock, state, recorder, make_measurer, measurers)
         return
     errors: list[BaseException] = []
 
-    def body(i: int) -> None:
+    def body() -> None:
         try:
-            _search_worker(i, space, state, recorder, make_measurer, searcher_args, measurers)
+            _search_worker(searcher, lock, state, recorder, make_measurer, measurers)
         except BaseException as exc:
             errors.append(exc)
             state.interrupted.set()
 
-    threads = [threading.Thread(target=body, args=(i,), daemon=True, name=f"kernelgen-tune-{i}")
-               for i in range(opts.workers)]
+    threads = [threading.Thread(target=body, daemon=True, name=f"kernelgen-tune-{i}") for i in range(opts.workers)]
     for t in threads:
         t.start()
     try:
@@ -429,8 +483,6 @@ def _run_workers(space: Any, state: _SearchState, recorder: _Recorder, make_meas
         raise
     if errors:
         raise errors[0]
-
-
 
 
 def _measurer_factory(impl: Implementation, opts: _Options) -> Callable[[], Any]:

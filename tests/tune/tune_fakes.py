@@ -53,15 +53,16 @@ class FakeImpl(Implementation):
     backend = "cpp"
     worker_factory = "tune_fakes:make_fake"
 
-    def __init__(self, graph: Graph, modes: tuple[str, ...] = tuple(BODIES)) -> None:
+    def __init__(self, graph: Graph, modes: tuple[str, ...] = tuple(BODIES), reps: tuple[int, ...] = (1, 2, 4, 8)) -> None:
         self.graph = graph
         self.modes = modes
+        self.reps = reps
 
     def source_hash(self) -> str:
         return "fake-v1"
 
     def space(self, target: Target) -> SearchSpace:
-        return SearchSpace([Param("mode", self.modes), Param("reps", (1, 2, 4, 8))],
+        return SearchSpace([Param("mode", self.modes), Param("reps", self.reps)],
                            [Constraint("reps 8 is forbidden", lambda c: c["reps"] != 8)],
                            default={"mode": self.modes[0], "reps": 1})
 
@@ -83,3 +84,57 @@ class FakeImpl(Implementation):
 
 def make_fake(graph: Graph, backend: str) -> FakeImpl:
     return FakeImpl(graph)
+
+
+class LandscapeImpl(Implementation):
+    """A 3-parameter space whose time comes from ``landscape_time`` (measured by an injected measurer)."""
+
+    name = "landscape"
+    backend = "cpp"
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+
+    def source_hash(self) -> str:
+        return "landscape-v1"
+
+    def space(self, target: Target) -> SearchSpace:
+        return SearchSpace([Param("a", (1, 2, 4, 8, 16, 32, 64, 128)), Param("b", (1, 2, 4, 8, 16, 32, 64, 128)),
+                            Param("c", (1, 2, 3, 4))],
+                           [Constraint("a*b <= 4096", lambda c: c["a"] * c["b"] <= 4096)],
+                           default={"a": 1, "b": 1, "c": 1})
+
+    def build(self, config: Config, target: Target) -> Any:
+        raise AssertionError("landscape configs are measured by the injected measurer, never built")
+
+
+def landscape_time(config: Config) -> float:
+    """A smooth bowl with its optimum at a=32, b=8, c=3, far from the default (1, 1, 1)."""
+    import math
+
+    return 1e-3 * (1 + (math.log2(config["a"]) - 5) ** 2 + (math.log2(config["b"]) - 3) ** 2
+                   + 0.5 * (config["c"] - 3) ** 2)
+
+
+class CountingMeasurer:
+    """``measure(impl, config)`` for tune_graph: deterministic times, counts every call per config."""
+
+    def __init__(self, fail: Any = None, interrupt_after: int | None = None) -> None:
+        self.calls: dict[Config, int] = {}
+        self.fail = fail
+        self.interrupt_after = interrupt_after
+
+    @property
+    def total(self) -> int:
+        return sum(self.calls.values())
+
+    def __call__(self, impl: Any, config: Config) -> Any:
+        from kernelgen.values import Measurement, Status, TimeStats
+
+        if self.interrupt_after is not None and self.total >= self.interrupt_after:
+            raise KeyboardInterrupt
+        self.calls[config] = self.calls.get(config, 0) + 1
+        if self.fail is not None and self.fail(config):
+            return Measurement.failure(config, Status.RUNTIME_ERROR, "injected failure")
+        t = landscape_time(config)
+        return Measurement(config, Status.OK, TimeStats(median=t, min=t, spread=0.0, repeats=5), threads=1)

@@ -1,0 +1,110 @@
+"""tune_graph: budgets, commits, resume, zero re-measurement, warm starts, isolation of bad candidates."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelgen.db import open_db
+from kernelgen.tune.measure import TimingPolicy
+from kernelgen.tune.tuner import CONFIRM_ROUNDS, is_confirmation, tune_graph
+from kernelgen.values import Config, Status
+
+from tune_fakes import CountingMeasurer, FakeImpl, LandscapeImpl, landscape_time, relu_add_graph
+
+
+@pytest.fixture()
+def db(tmp_path):
+    with open_db(f"sqlite:///{tmp_path / 'tune.sqlite'}") as database:
+        yield database
+
+
+def _tune(db, graph, measurer, **kw):
+    return tune_graph(graph, db=db, implementations=[LandscapeImpl(graph)], measure=measurer, seed=1, **kw)
+
+
+def test_search_respects_budget_constraints_and_commits_every_trial(db) -> None:
+    graph = relu_add_graph()
+    measurer = CountingMeasurer(fail=lambda c: c["c"] == 4)
+    result = _tune(db, graph, measurer, trials=10)
+    search = result.search_trials
+    assert len(search) == 10 and len({r.config for r in search}) == 10
+    assert all(r.config["a"] * r.config["b"] <= 4096 for r in search)
+    assert search[0].config == Config(a=1, b=1, c=1)  # the default is measured first
+    stored = db.trials(graph.workload_key, result.target.fingerprint)
+    assert {r.record_id for r in stored} == {r.record_id for r in result.trials}
+    failed = [r for r in search if r.config["c"] == 4]
+    assert all(r.measurement.status is Status.RUNTIME_ERROR for r in failed)
+    assert result.failures == len(failed)
+    # The declared best is a confirmation of the fastest ok config, re-measured CONFIRM_ROUNDS times.
+    fastest = min((r for r in search if r.measurement.ok), key=lambda r: r.measurement.time.median)
+    assert is_confirmation(result.best) and result.best.config == fastest.config
+    assert measurer.calls[fastest.config] == 1 + CONFIRM_ROUNDS
+
+
+def test_second_run_measures_nothing(db) -> None:
+    graph = relu_add_graph()
+    first = _tune(db, graph, CountingMeasurer(), trials=6)
+    again = CountingMeasurer()
+    second = _tune(db, graph, again, trials=6)
+    assert again.total == 0 and second.measured == 0
+    assert second.best.record_id == first.best.record_id
+    assert second.stop_reasons == {"landscape": "already tuned"}
+
+
+def test_interrupted_run_resumes_without_remeasuring(db) -> None:
+    graph = relu_add_graph()
+    interrupted = CountingMeasurer(interrupt_after=4)
+    with pytest.raises(KeyboardInterrupt):
+        _tune(db, graph, interrupted, trials=9)
+    kept = db.trials(graph.workload_key, graph_target(db, graph))
+    assert len(kept) == 4 and not any(is_confirmation(r) for r in kept)
+    rerun = CountingMeasurer()
+    result = _tune(db, graph, rerun, trials=9)
+    assert not set(rerun.calls) - set(c.config for c in result.search_trials)
+    searched = [r.config for r in result.search_trials]
+    assert len(searched) == 9 and len(set(searched)) == 9  # budget completed, nothing measured twice
+    assert all(rerun.calls.get(r.config, 0) <= CONFIRM_ROUNDS for r in kept)  # old trials: only confirmations
+
+
+def graph_target(db, graph) -> str:
+    from kernelgen.target import Target
+
+    return Target.current("cpp").fingerprint
+
+
+def _trials_to_reach(result, target: float) -> int:
+    for i, r in enumerate(result.search_trials, 1):
+        if r.measurement.ok and r.measurement.time.median <= target:
+            return i
+    return len(result.search_trials) + 1
+
+
+def test_warm_start_from_a_neighbouring_shape_needs_fewer_trials(db, tmp_path) -> None:
+    neighbour = _tune(db, relu_add_graph(256), CountingMeasurer(), trials=25)
+    target = neighbour.best.measurement.time.median  # what tuning the neighbouring shape achieved
+    warm = _tune(db, relu_add_graph(512), CountingMeasurer(), trials=20, sampler="random")  # same family, new shape
+    with open_db(f"sqlite:///{tmp_path / 'cold.sqlite'}") as fresh:
+        cold = _tune(fresh, relu_add_graph(512), CountingMeasurer(), trials=20, sampler="random")
+    # The default first, then the neighbour's best config.
+    assert _trials_to_reach(warm, target) == 2
+    assert _trials_to_reach(cold, target) > 2
+
+
+def test_workers_share_one_study_without_duplicates(db) -> None:
+    graph = relu_add_graph()
+    measurer = CountingMeasurer()
+    result = _tune(db, graph, measurer, trials=12, workers=3)
+    configs = [r.config for r in result.search_trials]
+    assert len(configs) == 12 and len(set(configs)) == 12
+
+
+@pytest.mark.timeout(180)
+def test_run_completes_through_crash_hang_garbage_and_compile_error(db) -> None:
+    graph = relu_add_graph()
+    impl = FakeImpl(graph, modes=("ok", "segv", "hang", "garbage", "syntax"), reps=(1,))
+    result = tune_graph(graph, db=db, implementations=[impl], sampler="exhaustive", trials=8, timeout=2.0,
+                        policy=TimingPolicy(min_time=0.002, threads=1))
+    status = {r.config["mode"]: r.measurement.status for r in result.search_trials}
+    assert status == {"ok": Status.OK, "segv": Status.RUNTIME_ERROR, "hang": Status.TIMEOUT,
+                      "garbage": Status.WRONG_RESULT, "syntax": Status.COMPILE_ERROR}
+    assert result.best is not None and result.best.config["mode"] == "ok"
