@@ -93,8 +93,9 @@ def make_engine(url: URL, *, read_only: bool) -> Engine:
     elif backend == "postgresql":
         connect_args["connect_timeout"] = CONNECT_TIMEOUT_S
         if read_only:  # defence in depth: the server itself refuses writes from a consumer
-            connect_args["options"] = "-c default_transaction_read_only=on"
-        kwargs["pool_pre_ping"] = True
+            given = url.query.get("options", "")
+            given = " ".join(given) if isinstance(given, tuple) else given  # keep e.g. -csearch_path=team
+            connect_args["options"] = f"{given} -c default_transaction_read_only=on".strip()
     try:
         engine = create_engine(url, connect_args=connect_args, **kwargs)
     except (sa_exc.NoSuchModuleError, ModuleNotFoundError, ImportError) as err:

@@ -7,14 +7,9 @@ one is refused and never modified.
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
-from alembic import command
-from alembic.config import Config as AlembicConfig
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import inspect, text
+from sqlalchemy import column, inspect, select, table, text
 from sqlalchemy.engine import URL, Connection, Engine
 
 from kernelgen.db.engine import shown, transaction
@@ -22,27 +17,27 @@ from kernelgen.db.models import RECORDS_TABLE, VERSION_TABLE
 from kernelgen.errors import DatabaseError, SchemaVersionError
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+# Every migration under migrations/versions, oldest first (a test checks this against alembic). Kept as
+# data so opening a database reads one row and never imports alembic unless it has to migrate.
+REVISIONS = ("0001", "0002")
 _PG_LOCK_KEY = 0x6B65726E656C  # advisory lock serialising schema changes across processes ("kernel")
 
 
-def alembic_config() -> AlembicConfig:
+def alembic_config():
+    from alembic.config import Config as AlembicConfig
+
     cfg = AlembicConfig()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     return cfg
 
 
-@functools.lru_cache(maxsize=1)
-def _scripts() -> ScriptDirectory:
-    return ScriptDirectory.from_config(alembic_config())
-
-
 def head_revision() -> str:
-    return _scripts().get_current_head()
+    return REVISIONS[-1]
 
 
 def known_revisions() -> tuple[str, ...]:
     """Every revision this kernelgen knows, oldest first."""
-    return tuple(reversed([s.revision for s in _scripts().walk_revisions()]))
+    return REVISIONS
 
 
 def schema_number(revision: str | None) -> str:
@@ -53,7 +48,14 @@ def schema_number(revision: str | None) -> str:
 
 
 def current_revision(conn: Connection) -> str | None:
-    return MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
+    """The revision in the version table, or None when there is none (a fresh database)."""
+    if not inspect(conn).has_table(VERSION_TABLE):
+        return None
+    versions = conn.execute(select(column("version_num")).select_from(table(VERSION_TABLE))).scalars().all()
+    if len(versions) > 1:
+        raise DatabaseError(f"{VERSION_TABLE} holds several revisions {sorted(versions)}: the schema was branched "
+                            "by hand; restore it from a backup or an export")
+    return versions[0] if versions else None
 
 
 def _lock(conn: Connection) -> None:
@@ -63,6 +65,8 @@ def _lock(conn: Connection) -> None:
 
 
 def _migrate(conn: Connection, revision: str) -> None:
+    from alembic import command
+
     cfg = alembic_config()
     cfg.attributes["connection"] = conn
     command.upgrade(cfg, revision)

@@ -21,10 +21,10 @@ def pg_cluster() -> Iterator[pg.Cluster | str]:
 
 @pytest.fixture
 def pg_url(pg_cluster: pg.Cluster | str) -> str:
-    """A fresh, empty PostgreSQL database (skips with the reason when no server can start)."""
+    """A fresh, empty PostgreSQL schema (skips with the reason when no server can start)."""
     if isinstance(pg_cluster, str):
         pytest.skip(pg_cluster)
-    return pg_cluster.database()
+    return pg_cluster.schema()
 
 
 @pytest.fixture

@@ -43,13 +43,24 @@ class Cluster:
         self._stop = stop
         self._root = root
 
-    def database(self) -> str:
+    def _admin(self):
         import psycopg
 
+        return psycopg.connect(self.admin_url.replace("postgresql+psycopg", "postgresql"), autocommit=True)
+
+    def database(self) -> str:
+        """A new database (tables in its ``public`` schema); slower: copies a template database."""
         name = f"kg_{uuid.uuid4().hex[:12]}"
-        with psycopg.connect(self.admin_url.replace("postgresql+psycopg", "postgresql"), autocommit=True) as conn:
+        with self._admin() as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.admin_url.rsplit("/", 1)[0] + f"/{name}"
+
+    def schema(self) -> str:
+        """A new, empty schema made the connection's default through the URL (cheap: one catalog row)."""
+        name = f"kg_{uuid.uuid4().hex[:12]}"
+        with self._admin() as conn:
+            conn.execute(f'CREATE SCHEMA "{name}"')
+        return f"{self.admin_url}?options=-csearch_path%3D{name}"
 
     def stop(self) -> None:
         if self._stop:

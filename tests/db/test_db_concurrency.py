@@ -2,46 +2,35 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from kernelgen.db import open_db
+from tests.db import writer
 
-ROOT = Path(__file__).resolve().parents[2]
 WRITERS, COMMITS = 8, 200
 
 
-def _spawn(url: str, worker: int, count: int, batch: int = 1) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tests.db.writer", url, str(worker), str(count), str(batch)],
-                            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
 def _run_writers(url: str) -> None:
-    procs = [_spawn(url, w, COMMITS) for w in range(WRITERS)]
+    ctx = writer.context()
+    barrier, results = ctx.Barrier(WRITERS), ctx.Queue()
+    procs = [ctx.Process(target=writer.write, args=(url, w, COMMITS, 1, barrier, results)) for w in range(WRITERS)]
+    for p in procs:
+        p.start()
     try:
-        # Every writer opens the (possibly fresh) database before any starts writing.
-        for p in procs:
-            line = p.stdout.readline()
-            assert line.strip() == "ready", p.stderr.read()
-        for p in procs:
-            p.stdin.write("go\n")
-            p.stdin.flush()
-        results = [p.communicate(timeout=300) for p in procs]
+        outcomes = sorted(results.get(timeout=300) for _ in procs)
     finally:
         for p in procs:
-            if p.poll() is None:
+            p.join(timeout=30)
+            if p.is_alive():
                 p.kill()
-    for p, (out, err) in zip(procs, results):
-        assert p.returncode == 0, err
-        assert "locked" not in err
-        assert out.strip() == f"done {COMMITS}"
+    errors = [err for _, _, err in outcomes if err]
+    assert errors == []
+    assert [added for _, added, _ in outcomes] == [COMMITS] * WRITERS
+    assert all(p.exitcode == 0 for p in procs)
 
 
 def test_eight_writers_on_one_sqlite_file(sqlite_url: str) -> None:
@@ -60,25 +49,25 @@ def test_eight_writers_on_postgresql(pg_url: str) -> None:
 def test_sigkilled_writer_leaves_a_sound_sqlite_file(sqlite_url: str) -> None:
     batch = 40
     path = sqlite_url.removeprefix("sqlite:///")
+    ctx = writer.context()
     for round_ in range(3):
-        proc = _spawn(sqlite_url, round_, 0, batch)
+        barrier, results = ctx.Barrier(1), ctx.Queue()
+        proc = ctx.Process(target=writer.write, args=(sqlite_url, round_, 0, batch, barrier, results))
+        proc.start()
         try:
-            assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
             deadline = time.monotonic() + 60
             with open_db(sqlite_url, team_url="") as db:
                 start = db.count()
-                while db.count() < start + 3 * batch and time.monotonic() < deadline:
-                    time.sleep(0.02)
-            time.sleep(0.013 * (round_ + 1))  # land the kill at different points of a transaction
+                while db.count() < start + 3 * batch and time.monotonic() < deadline and proc.is_alive():
+                    time.sleep(0.01)
+            time.sleep(0.007 * (round_ + 1))  # land the kill at different points of a transaction
         finally:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
-        assert proc.returncode == -signal.SIGKILL
+            proc.kill()
+            proc.join()
+        assert proc.exitcode == -signal.SIGKILL
         with sqlite3.connect(path) as conn:
             assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
         with open_db(sqlite_url, team_url="") as db:
             count = db.count()
-            assert count > 0 and count % batch == 0  # whole transactions only
+            assert count >= 3 * batch and count % batch == 0  # whole transactions only
             assert len(list(db.records())) == count

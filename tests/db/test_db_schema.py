@@ -45,12 +45,33 @@ def _indexes(url: str) -> set[str]:
     return names
 
 
+def test_a_new_postgresql_database_in_its_public_schema(pg_cluster) -> None:
+    if isinstance(pg_cluster, str):
+        pytest.skip(pg_cluster)
+    url = pg_cluster.database()
+    with open_db(url, team_url="") as db:
+        db.commit(f.record())
+    with open_db(url, team_url="", read_only=True) as db:
+        assert db.count() == 1
+    assert _version(url) == head_revision()
+
+
 def test_fresh_database_is_created_at_head_with_its_own_version_table(persistent_url: str) -> None:
     open_db(persistent_url, team_url="").close()
     assert _version(persistent_url) == head_revision()
     engine = make_engine(parse_url(persistent_url), read_only=False)
     assert not inspect(engine).has_table("alembic_version")  # left free for Optuna
     engine.dispose()
+
+
+def test_known_revisions_are_the_migration_scripts() -> None:
+    from alembic.script import ScriptDirectory
+
+    from kernelgen.db.schema import REVISIONS, alembic_config
+
+    scripts = ScriptDirectory.from_config(alembic_config())
+    assert tuple(reversed([s.revision for s in scripts.walk_revisions()])) == REVISIONS
+    assert scripts.get_current_head() == head_revision()
 
 
 def test_migrations_build_exactly_the_models(persistent_url: str) -> None:
