@@ -1,0 +1,20 @@
+"""``kernelgen report``: write the tuning database as one self-contained HTML file (plots and tables)."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def report(
+        db: str = typer.Option(None, "--db", help="Tuning database URL (default: KERNELGEN_DB or the per-user SQLite file)."),
+        out: str = typer.Option("kernelgen-report.html", "--out", help="HTML file to write."),
+    ) -> None:
+        """Write an HTML report: per workload, best time so far against trial number, and the results."""
+        from kernelgen.db import open_db
+        from kernelgen.tune.report import write_report
+
+        with open_db(db, read_only=True) as database:
+            count = write_report(database, out)
+        typer.echo(f"wrote {out}: {count} workload(s)")
