@@ -26,6 +26,7 @@ from kernelgen.errors import DatabaseError, ReadOnlyDatabaseError
 CONNECT_TIMEOUT_S = 5  # fail fast on an unreachable server
 SQLITE_BUSY_TIMEOUT_MS = 60_000  # writers queue behind each other instead of failing with "locked"
 _WRITE_OPTION = "kernelgen_write"
+_SINGLE_READ_OPTION = "kernelgen_single_read"
 _URL_EXAMPLES = "e.g. sqlite:////home/me/tuning.sqlite or postgresql+psycopg://user@host:5432/dbname"
 
 
@@ -127,12 +128,15 @@ def _configure_sqlite(engine: Engine, *, memory: bool, read_only: bool) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         # IMMEDIATE takes the write lock up front, so two writers never deadlock upgrading read locks.
-        write = conn.get_execution_options().get(_WRITE_OPTION, False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+        options = conn.get_execution_options()
+        if options.get(_SINGLE_READ_OPTION):
+            return  # one SELECT is atomic on its own: skip the BEGIN/COMMIT round trips
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if options.get(_WRITE_OPTION) else "BEGIN")
 
 
 @contextlib.contextmanager
-def transaction(engine: Engine, url: URL, *, write: bool, read_only: bool) -> Iterator[Connection]:
+def transaction(engine: Engine, url: URL, *, write: bool, read_only: bool,
+                single_read: bool = False) -> Iterator[Connection]:
     """The one place every transaction comes from: commit on success, roll back on any error.
 
     Driver errors become DatabaseError naming the (password-less) URL; a write on a read-only database
@@ -145,6 +149,8 @@ def transaction(engine: Engine, url: URL, *, write: bool, read_only: bool) -> It
         with _writer_queue(url if write else None), engine.connect() as conn:
             if write:
                 conn.execution_options(**{_WRITE_OPTION: True})
+            elif single_read:
+                conn.execution_options(**{_SINGLE_READ_OPTION: True})
             with conn.begin():
                 yield conn
     except sa_exc.DBAPIError as err:

@@ -45,8 +45,9 @@ class RecordRow(Base):
     data: Mapped[str] = mapped_column(Text)
 
     __table_args__ = (
-        # best(): equality on the first three columns, then already ordered by time.
-        Index("ix_kgrec_best", "workload_key", "target_fingerprint", "status", "time_median"),
+        # best(): equality on the first three columns, then already in (time, record_id) order, so the
+        # first row that passes the optional implementation/toolchain filters is the answer.
+        Index("ix_kgrec_best", "workload_key", "target_fingerprint", "status", "time_median", "record_id"),
         # nearest() tier 1 and records(target=family).
         Index("ix_kgrec_workload_family_target", "workload_key", "target_family"),
         # nearest() tier 2 (schema 2): neighbouring shapes of one graph on one target.

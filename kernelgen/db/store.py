@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import and_, delete, func, insert, or_, select
+from sqlalchemy import and_, bindparam, delete, func, insert, or_, select
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 
@@ -59,6 +59,7 @@ class TuningDB:
         self.url: str = shown(self._url)
         self.read_only = read_only
         self._engine = make_engine(self._url, read_only=read_only)
+        self._best_sql: dict[tuple[int, bool], tuple[str, Sequence[str] | None, dict[str, Any]]] = {}
         try:
             ensure_schema(self._engine, self._url, read_only=read_only)
         except BaseException:
@@ -71,8 +72,8 @@ class TuningDB:
         """The URL Optuna's RDBStorage should use: the same database (password included)."""
         return self._url.render_as_string(hide_password=False)
 
-    def _tx(self, *, write: bool = False):
-        return transaction(self._engine, self._url, write=write, read_only=self.read_only)
+    def _tx(self, *, write: bool = False, single_read: bool = False):
+        return transaction(self._engine, self._url, write=write, read_only=self.read_only, single_read=single_read)
 
     def close(self) -> None:
         self._engine.dispose()
@@ -194,19 +195,37 @@ class TuningDB:
         ``implementations`` (name -> implementation hash) restricts to those exact pairs; ``toolchain``
         restricts to records measured with exactly that toolchain mapping.
         """
-        stmt = select(T.c.data).where(T.c.workload_key == workload_key,
-                                      T.c.target_fingerprint == target_fingerprint, T.c.status == Status.OK.value)
-        if implementations is not None:
-            if not implementations:
-                return None
-            stmt = stmt.where(or_(*(and_(T.c.implementation == name, T.c.implementation_hash == digest)
-                                    for name, digest in sorted(implementations.items()))))
+        if implementations is not None and not implementations:
+            return None
+        pairs = sorted(implementations.items()) if implementations is not None else []
+        params: dict[str, Any] = {"wk": workload_key, "tf": target_fingerprint}
+        for i, (name, digest) in enumerate(pairs):
+            params[f"in{i}"], params[f"ih{i}"] = name, digest
         if toolchain is not None:
-            stmt = stmt.where(T.c.toolchain_hash == toolchain_hash(toolchain))
-        stmt = stmt.order_by(T.c.time_median, T.c.record_id).limit(1)
-        with self._tx() as conn:
-            data = conn.scalar(stmt)
-        return None if data is None else _decode(data)
+            params["tc"] = toolchain_hash(toolchain)
+        sql, order, defaults = self._prepared_best(len(pairs) if implementations is not None else -1,
+                                                   toolchain is not None)
+        values = {**defaults, **params}
+        with self._tx(single_read=True) as conn:
+            row = conn.exec_driver_sql(sql, tuple(values[n] for n in order) if order else values).first()
+        return None if row is None else _decode(row[0])
+
+    def _prepared_best(self, n_pairs: int, with_toolchain: bool) -> tuple[str, Sequence[str] | None, dict[str, Any]]:
+        """best()'s SQL compiled once per filter shape: the hot lookup skips SQLAlchemy's statement building."""
+        key = (n_pairs, with_toolchain)
+        hit = self._best_sql.get(key)
+        if hit is None:
+            stmt = select(T.c.data).where(T.c.workload_key == bindparam("wk"),
+                                          T.c.target_fingerprint == bindparam("tf"), T.c.status == Status.OK.value)
+            if n_pairs >= 0:
+                stmt = stmt.where(or_(*(and_(T.c.implementation == bindparam(f"in{i}"),
+                                             T.c.implementation_hash == bindparam(f"ih{i}")) for i in range(n_pairs))))
+            if with_toolchain:
+                stmt = stmt.where(T.c.toolchain_hash == bindparam("tc"))
+            compiled = stmt.order_by(T.c.time_median, T.c.record_id).limit(1).compile(dialect=self._engine.dialect)
+            defaults = {k: v for k, v in compiled.params.items() if v is not None}
+            hit = self._best_sql[key] = (str(compiled), compiled.positiontup, defaults)
+        return hit
 
     def trials(self, workload_key: str, target_fingerprint: str, *, implementation: str | None = None,
                implementation_hash: str | None = None) -> list[TuningRecord]:

@@ -34,7 +34,7 @@ def upgrade() -> None:
         sa.Column("data", sa.Text(), nullable=False),
     )
     op.create_index("ix_kgrec_best", "kernelgen_records",
-                    ["workload_key", "target_fingerprint", "status", "time_median"])
+                    ["workload_key", "target_fingerprint", "status", "time_median", "record_id"])
     op.create_index("ix_kgrec_workload_family_target", "kernelgen_records", ["workload_key", "target_family"])
     op.create_index("ix_kgrec_created", "kernelgen_records", ["created_at"])
 
