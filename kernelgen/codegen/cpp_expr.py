@@ -231,8 +231,9 @@ def op_expr(graph: Graph, node_id: int, args: Sequence[str]) -> str:
         return f"({x} / ({one} + {fn['exp']}(-{x})))"
     if op == "gelu":
         if node.attr("approximate", "none") == "tanh":
-            c0, c1 = literal(math.sqrt(2.0 / math.pi), operand), literal(0.044715, operand)
-            return f"({half} * {x} * ({one} + {fn['tanh']}({c0} * ({x} + {c1} * {x} * {x} * {x}))))"
+            # 0.5 x (1 + tanh(u)) == x / (1 + exp(-2u)): one exp instead of a (3x slower) vector tanh
+            c0, c1 = literal(-2.0 * math.sqrt(2.0 / math.pi), operand), literal(0.044715, operand)
+            return f"({x} / ({one} + {fn['exp']}({c0} * ({x} + {c1} * {x} * {x} * {x}))))"
         return f"({half} * {x} * ({one} + {fn['erf']}({x} * {literal(math.sqrt(0.5), operand)})))"
     raise ValueError(f"op {op} at %{node_id} has no C++ rule")
 

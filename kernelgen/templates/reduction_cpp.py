@@ -3,8 +3,8 @@
 Reductions are grouped into passes over the row (a reduction that reads another's result runs in a later
 pass); per-row values are hoisted out of the element loops; element outputs are written in a last pass.
 Tunables: rows per scheduling chunk, the OpenMP schedule, online max+sum fusion for softmax-like chains
-(``sum(exp(a - max(a)))`` computed in the max's pass, chunk by chunk) and caching the row's loaded
-values in a per-thread float buffer so later passes do not convert or gather them again.
+(``sum(exp(a - max(a)))`` computed in the max's pass, chunk by chunk) and a per-thread row cache of
+values a later pass reuses (softmax's ``exp`` is computed once, not twice; half loads are converted once).
 """
 
 from __future__ import annotations
@@ -83,15 +83,20 @@ def _element_loads(problem: ReductionProblem) -> list:
 def space(problem: ReductionProblem, target: Target) -> SearchSpace:
     """Rows per chunk, schedule, online fusion (only where a softmax-like chain exists), chunk, row cache.
 
-    A cached row (one float per element load) must fit in half the per-core L2.
+    The cached row values (see ``cache_plan``) must fit in half the per-core L2.
     """
     l2 = int(target.caches.get("l2", 0) or 0)
-    row_bytes = problem.row_len * 4 * max(1, len(_element_loads(problem)))
+    plan = cache_plan(problem, _pass_roots(problem, levels(problem)))
+    row_bytes = problem.row_len * sum(_itemsize(problem.graph, i) for stores in plan for i in stores)
     has_online = bool(online_pairs(problem))
     params = [Param("rows_per_task", _ROWS), Param("schedule", ("static", "dynamic")),
               Param("online", (False, True) if has_online else (False,)), Param("chunk", _CHUNKS),
               Param("cache_row", (False, True))]
-    constraints = [Constraint("chunk only matters with online fusion", lambda c: c["online"] or c["chunk"] == _DEFAULT_CHUNK)]
+    constraints = [Constraint("chunk only matters with online fusion", lambda c: c["online"] or c["chunk"] == _DEFAULT_CHUNK),
+                   Constraint("online fusion recomputes values per chunk: it cannot use the row cache",
+                              lambda c: not (c["online"] and c["cache_row"])),
+                   Constraint("the row cache needs values that a later pass reuses",
+                              lambda c: not c["cache_row"] or row_bytes > 0)]
     if l2:
         constraints.append(Constraint(f"a cached row ({row_bytes} bytes) fits in half the L2 ({l2 // 2} bytes)",
                                       lambda c: not c["cache_row"] or row_bytes <= l2 // 2))
@@ -99,10 +104,48 @@ def space(problem: ReductionProblem, target: Target) -> SearchSpace:
     rows = 1
     while rows < _ROWS[-1] and rows * problem.row_len < 4096 and rows * 2 * max(1, target.cores) <= problem.rows:
         rows *= 2
-    online = has_online and bool(l2) and row_bytes > l2 // 2  # rows re-read from far caches: fuse passes
-    return SearchSpace(params, constraints, default={"rows_per_task": rows, "schedule": "static",
+    # Reusing values (softmax's exp) saves math when they fit near the core; else fuse passes online.
+    cache = bool(l2) and 0 < row_bytes <= l2 // 2
+    online = has_online and not cache and bool(l2)
+    return SearchSpace(params, constraints, default={"rows_per_task": rows, "schedule": "dynamic",
                                                      "online": online, "chunk": _DEFAULT_CHUNK,
-                                                     "cache_row": False})
+                                                     "cache_row": cache})
+
+
+def _itemsize(graph: Graph, node_id: int) -> int:
+    return 8 if cpp_expr.compute_type(graph.nodes[node_id].spec.dtype) in ("double", "int64_t") else 4
+
+
+def _pass_roots(problem: ReductionProblem, lv: dict[int, int]) -> list[list[int]]:
+    """Element roots of each pass over the row: the inputs of each level's reductions, then element outputs."""
+    graph = problem.graph
+    roots = [[graph.nodes[r].inputs[0] for r in problem.reductions if lv[r] == level]
+             for level in range(max(lv.values()) + 1)]
+    return roots + [[o for o in graph.outputs if problem.kinds[o] == "element"]]
+
+
+def cache_plan(problem: ReductionProblem, pass_roots: list[list[int]]) -> list[list[int]]:
+    """For each pass, the element values it should store in a per-thread row buffer for later passes.
+
+    A value is cached when a later pass reads it (softmax's exp(x - max) in the output pass), except
+    float32/float64 loads read contiguously: reading them again costs what reading a buffer costs.
+    """
+    graph = problem.graph
+    row_nodes = {i for i, kind in enumerate(problem.kinds) if kind == "row"}
+    cheap = {ld.node for ld in problem.loads if ld.dtype in ("float32", "float64") and ld.strides[-1] == 1}
+    cached: set[int] = set()
+    plan = []
+    for p, roots in enumerate(pass_roots):
+        available = row_nodes | cached
+        computed = set(cpp_expr.dag_nodes(graph, roots, available))
+        store: set[int] = set()
+        for later in pass_roots[p + 1:]:
+            dag = cpp_expr.dag_nodes(graph, later, available | computed)
+            used = {j for i in dag for j in graph.nodes[i].inputs} | set(later)
+            store |= (computed & used) - cheap
+        plan.append(sorted(store))
+        cached |= store
+    return plan
 
 
 def _init(op: str, dtype: str) -> str:
@@ -126,32 +169,24 @@ def _combine(op: str, dtype: str, acc: str, value: str) -> str:
 
 
 class _Row:
-    """Emits the code of one row: passes, hoisted per-row values and stores."""
+    """Emits the code of one row: passes, hoisted per-row values, cached values and stores."""
 
     def __init__(self, problem: ReductionProblem, config: Config) -> None:
         self.p = problem
         self.g = problem.graph
-        self.cache = bool(config["cache_row"])
         self.env: dict[int, str] = {}
         self.lines: list[str] = []
         self.n = problem.row_len
+        self.cached: set[int] = set()  # element values stored in cache<id>[j] by an earlier pass
 
-    def elem_env(self, mode: str) -> tuple[dict[int, str], list[str]]:
-        """Element-load expressions at index ``j``: from memory, from memory filling the cache, or cached."""
+    def elem_env(self) -> dict[int, str]:
+        """Expressions at index ``j`` of element loads and of values cached by earlier passes."""
         env = dict(self.env)
-        pre: list[str] = []
         for ld in _element_loads(self.p):
             stride = ld.strides[-1]
-            ref = f"p{ld.node}[{'j' if stride == 1 else f'j * {stride}'}]"
-            if mode == "cache":
-                env[ld.node] = f"cache{ld.node}[j]"
-            elif mode == "fill":
-                ctype = cpp_expr.compute_type(ld.dtype)
-                pre += [f"const {ctype} l{ld.node} = {cpp_expr.load(ld.dtype, ref)};", f"cache{ld.node}[j] = l{ld.node};"]
-                env[ld.node] = f"l{ld.node}"
-            else:
-                env[ld.node] = cpp_expr.load(ld.dtype, ref)
-        return env, pre
+            env[ld.node] = cpp_expr.load(ld.dtype, f"p{ld.node}[{'j' if stride == 1 else f'j * {stride}'}]")
+        env.update({i: f"cache{i}[j]" for i in self.cached})
+        return env
 
     def hoist(self, roots: list[int]) -> None:
         """Emit (once, outside element loops) the row-kind nodes ``roots`` need."""
@@ -162,30 +197,33 @@ class _Row:
             else:
                 self.lines += ["      " + line for line in cpp_expr.emit(self.g, [i], self.env, prefix="w")]
 
-    def loop(self, mode: str, roots: list[int], tail: list[str], lo: str = "0", hi: str | None = None,
-             indent: str = "      ") -> None:
-        """A loop over the row computing the element DAG of ``roots``, then the statements ``tail(env)``."""
-        self.hoist(roots)
-        env, pre = self.elem_env(mode)
-        body = pre + cpp_expr.emit(self.g, cpp_expr.dag_nodes(self.g, roots, env), env)
+    def loop(self, roots: list[int], tail: list[str], lo: str = "0", hi: str | None = None,
+             indent: str = "      ", store: list[int] = ()) -> None:
+        """A loop over the row computing the element DAG of ``roots``, then ``tail`` (``{n<id>}`` = value),
+        then storing the values ``store`` into their row buffers."""
+        self.hoist(roots + list(store))
+        env = self.elem_env()
+        body = cpp_expr.emit(self.g, cpp_expr.dag_nodes(self.g, roots + list(store), env), env)
         body += [line.format(**{f"n{i}": v for i, v in env.items()}) for line in tail]
+        body += [f"cache{i}[j] = {env[i]};" for i in store]
         self.lines.append(f"{indent}for (int64_t j = {lo}; j < {hi or self.n}; ++j) {{")
         self.lines += [indent + "  " + b for b in body]
         self.lines.append(f"{indent}}}")
+        self.cached |= set(store)
 
-    def reduce_pass(self, reds: list[int], mode: str) -> None:
+    def reduce_pass(self, reds: list[int], store: list[int]) -> None:
         tail = []
         for r in reds:
             node = self.g.nodes[r]
             ctype = cpp_expr.compute_type(node.spec.dtype)
             self.lines.append(f"      {ctype} acc{r} = {_init(node.op, node.spec.dtype)};")
             tail.append(_combine(node.op, node.spec.dtype, f"acc{r}", f"{{n{node.inputs[0]}}}"))
-        self.loop(mode, [self.g.nodes[r].inputs[0] for r in reds], tail)
+        self.loop([self.g.nodes[r].inputs[0] for r in reds], tail, store=store)
         for r in reds:
             self.lines.append(f"      const {cpp_expr.compute_type(self.g.nodes[r].spec.dtype)} r{r} = acc{r};")
             self.env[r] = f"r{r}"
 
-    def online_pass(self, reds: list[int], pairs: dict[int, int], chunk: int, mode: str) -> None:
+    def online_pass(self, reds: list[int], pairs: dict[int, int], chunk: int) -> None:
         """Max-level reductions chunk by chunk, with each paired sum rescaled to the running max."""
         g = self.g
         sums = [s for s, m in pairs.items() if m in reds]
@@ -202,7 +240,7 @@ class _Row:
         tail = [_combine(g.nodes[r].op, g.nodes[r].spec.dtype, f"acc{r}", f"{{n{g.nodes[r].inputs[0]}}}")
                 for r in plain if r not in maxes]
         tail += [_combine("max", g.nodes[m].spec.dtype, f"cm{m}", f"{{n{g.nodes[m].inputs[0]}}}") for m in maxes]
-        self.loop(mode, [g.nodes[r].inputs[0] for r in plain], tail, "c0", "c1", "        ")
+        self.loop([g.nodes[r].inputs[0] for r in plain], tail, "c0", "c1", "        ")
         for m in maxes:
             fn = "fmaxf" if _ctype(g, m) == "float" else "fmax"
             self.lines.append(f"        const {_ctype(g, m)} mn{m} = {fn}(acc{m}, cm{m});")
@@ -210,7 +248,7 @@ class _Row:
             self.lines.append(f"        {_ctype(g, s)} cs{s} = 0;")
         self.env.update({m: f"mn{m}" for m in maxes})
         # the sums' own element DAG (exp(a - m)) evaluated against the chunk's new running max
-        self.loop("cache" if mode in ("fill", "cache") else "mem", [g.nodes[s].inputs[0] for s in sums],
+        self.loop([g.nodes[s].inputs[0] for s in sums],
                   [f"cs{s} += {{n{g.nodes[s].inputs[0]}}};" for s in sums], "c0", "c1", "        ")
         for s in sums:
             m = pairs[s]
@@ -243,7 +281,8 @@ def render(problem: ReductionProblem, config: Config, target: Target) -> Source:
     for s, m in pairs.items():
         lv[s] = lv[m]
     n_passes = max(lv.values()) + 1
-    cache = bool(config["cache_row"]) and bool(_element_loads(problem))
+    plan = cache_plan(problem, _pass_roots(problem, lv)) if config["cache_row"] else [[]] * (n_passes + 1)
+    buffers = [i for stores in plan for i in stores]
 
     lines = [cpp_expr.PRELUDE, "#include <cstdlib>", "#include <limits>",
              f'extern "C" void {ENTRY}(void* const* ptrs, int64_t num_threads) {{']
@@ -256,10 +295,9 @@ def render(problem: ReductionProblem, config: Config, target: Target) -> Source:
     parallel = int(rows > 1 and rows * n >= PARALLEL_MIN)  # tiny problems: waking threads costs more
     lines.append(f"  #pragma omp parallel num_threads(num_threads) if({parallel})")
     lines.append("  {")
-    if cache:
-        for ld in _element_loads(problem):
-            ctype = cpp_expr.compute_type(ld.dtype)
-            lines.append(f"    {ctype}* __restrict cache{ld.node} = ({ctype}*)std::aligned_alloc(64, {(n * 8 + 63) // 64 * 64});")
+    for i in buffers:  # per-thread row buffers, allocated once per launch
+        ctype = _ctype(graph, i)
+        lines.append(f"    {ctype}* __restrict cache{i} = ({ctype}*)std::aligned_alloc(64, {(n * 8 + 63) // 64 * 64});")
     lines.append(f"    #pragma omp for schedule({config['schedule']}, {config['rows_per_task']})")
     lines.append(f"    for (int64_t r = 0; r < {rows}; ++r) {{")
     if leading:
@@ -277,11 +315,10 @@ def render(problem: ReductionProblem, config: Config, target: Target) -> Source:
     row.lines = lines
     for level in range(n_passes):
         reds = [r for r in problem.reductions if lv[r] == level]
-        mode = "fill" if cache and level == 0 else ("cache" if cache else "mem")
         if any(s in reds for s in pairs):
-            row.online_pass(reds, pairs, int(config["chunk"]), mode)
+            row.online_pass(reds, pairs, int(config["chunk"]))
         else:
-            row.reduce_pass(reds, mode)
+            row.reduce_pass(reds, plan[level])
     element_outs = [(k, o) for k, o in enumerate(graph.outputs) if problem.kinds[o] == "element"]
     row_outs = [(k, o) for k, o in enumerate(graph.outputs) if problem.kinds[o] == "row"]
     row.hoist([o for _, o in row_outs])
@@ -289,10 +326,9 @@ def render(problem: ReductionProblem, config: Config, target: Target) -> Source:
         lines.append("      " + cpp_expr.store(out_specs[k].dtype, f"out{k}[r]", row.env[o]))
     if element_outs:
         tail = [cpp_expr.store(out_specs[k].dtype, f"out{k}[r * {n} + j]", f"{{n{o}}}") for k, o in element_outs]
-        row.loop("cache" if cache else "mem", [o for _, o in element_outs], tail)
+        row.loop([o for _, o in element_outs], tail)
     lines.append("    }")
-    if cache:
-        lines += [f"    std::free(cache{ld.node});" for ld in _element_loads(problem)]
+    lines += [f"    std::free(cache{i});" for i in buffers]
     lines += ["  }", "}", ""]
     signature = json.dumps([s.to_json() for s in (*graph.signature, *out_specs)])
     return Source("cpp", "\n".join(lines), ENTRY, meta=FrozenMap(signature=signature, template="reduction"))
