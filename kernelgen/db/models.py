@@ -67,11 +67,11 @@ def record_kernelgen_version(record: TuningRecord) -> str:
     return str(version) if version is not None else record.provenance.kernelgen_version
 
 
-def row_values(record: TuningRecord) -> dict[str, Any]:
-    """The column values of one record (what INSERT writes)."""
+def row_values(record: TuningRecord, record_id: str | None = None) -> dict[str, Any]:
+    """The column values of one record (what INSERT writes); pass ``record_id`` if already computed."""
     m = record.measurement
     return {
-        "record_id": record.record_id,
+        "record_id": record_id or record.record_id,
         "workload_key": record.workload_key,
         "workload_family": record.workload_family,
         "implementation": record.implementation,

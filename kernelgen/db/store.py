@@ -98,7 +98,9 @@ class TuningDB:
         for record in records:
             if not isinstance(record, TuningRecord):
                 raise TypeError(f"commit needs TuningRecord values, got {type(record).__name__}")
-            rows.setdefault(record.record_id, row_values(record))
+            rid = record.record_id  # a content hash: compute it once per record
+            if rid not in rows:
+                rows[rid] = row_values(record, rid)
         if not rows:
             with self._tx(write=True):  # still refuse a read-only database, even with nothing to write
                 return 0
