@@ -71,3 +71,29 @@ def test_sigkilled_writer_leaves_a_sound_sqlite_file(sqlite_url: str) -> None:
             count = db.count()
             assert count >= 3 * batch and count % batch == 0  # whole transactions only
             assert len(list(db.records())) == count
+
+
+def test_one_instance_shared_by_threads(persistent_url: str) -> None:
+    import threading
+
+    from tests.db import factories
+
+    db = open_db(persistent_url, team_url="")
+    errors: list[str] = []
+
+    def work(thread: int) -> None:
+        try:
+            for i in range(50):
+                db.commit(factories.record(seed=i, config={"thread": thread, "i": i}))
+                db.best(factories.record().workload_key, factories.TARGET)
+        except Exception as err:  # collected: an assertion in a thread would be lost
+            errors.append(repr(err))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert db.count() == 200
+    db.close()
