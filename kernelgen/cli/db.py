@@ -89,15 +89,17 @@ def register(app: typer.Typer) -> None:
             records = list(winners.values())
         records.sort(key=lambda r: (r.workload_key, r.target_fingerprint, r.measurement.status.value != "ok",
                                     r.measurement.time.median if r.measurement.time else 0.0, r.record_id))
+        matched = len(records)
         if limit > 0:
             records = records[:limit]
         if as_json:
             typer.echo(json.dumps([dict(r.to_json(), record_id=r.record_id) for r in records], indent=2))
             return
-        rows = [[_short(r.workload_key), r.implementation, _short(r.target_family, 24), _short(r.target_fingerprint, 10),
+        rows = [[_short(r.workload_key), r.implementation, _short(r.target_family, 24), _short(r.target_fingerprint, 16),
                  r.measurement.status.value, _fmt_time(r.measurement.time.median if r.measurement.time else None),
                  json.dumps(r.config.to_json(), separators=(",", ":")), r.record_id[:10]] for r in records]
-        _print_table(f"{len(rows)} record(s)", ["workload", "implementation", "family", "target", "status",
+        more = f" of {matched} (--limit 0 shows all)" if matched > len(rows) else ""
+        _print_table(f"{len(rows)} record(s){more}", ["workload", "implementation", "family", "target", "status",
                                                 "median", "config", "record"], rows)
 
     @group.command()

@@ -14,34 +14,41 @@ from tests.db import writer
 WRITERS, COMMITS = 8, 200
 
 
-def _run_writers(url: str) -> None:
+def _run_writers(url: str, workers: list[int], count: int = COMMITS) -> list[int]:
+    """Run one writer process per entry of ``workers`` (its record set); returns what each added."""
     ctx = writer.context()
-    barrier, results = ctx.Barrier(WRITERS), ctx.Queue()
-    procs = [ctx.Process(target=writer.write, args=(url, w, COMMITS, 1, barrier, results)) for w in range(WRITERS)]
+    barrier, results = ctx.Barrier(len(workers)), ctx.Queue()
+    procs = [ctx.Process(target=writer.write, args=(url, w, count, 1, barrier, results)) for w in workers]
     for p in procs:
         p.start()
     try:
-        outcomes = sorted(results.get(timeout=300) for _ in procs)
+        outcomes = [results.get(timeout=300) for _ in procs]
     finally:
         for p in procs:
             p.join(timeout=30)
             if p.is_alive():
                 p.kill()
-    errors = [err for _, _, err in outcomes if err]
-    assert errors == []
-    assert [added for _, added, _ in outcomes] == [COMMITS] * WRITERS
+    assert [err for _, _, err in outcomes if err] == []
     assert all(p.exitcode == 0 for p in procs)
+    return [added for _, added, _ in outcomes]
+
+
+def test_identical_records_racing_are_stored_once(persistent_url: str) -> None:
+    added = _run_writers(persistent_url, [7, 7, 7, 7], count=100)  # four writers, the same 100 records
+    assert sum(added) == 100
+    with open_db(persistent_url, team_url="") as db:
+        assert db.count() == 100
 
 
 def test_eight_writers_on_one_sqlite_file(sqlite_url: str) -> None:
-    _run_writers(sqlite_url)  # the file does not exist yet: the writers also race to create the schema
+    assert _run_writers(sqlite_url, list(range(WRITERS))) == [COMMITS] * WRITERS  # the file does not exist yet: the writers also race to create the schema
     with open_db(sqlite_url, team_url="") as db:
         assert db.count() == WRITERS * COMMITS
 
 
 @pytest.mark.postgres
 def test_eight_writers_on_postgresql(pg_url: str) -> None:
-    _run_writers(pg_url)
+    assert _run_writers(pg_url, list(range(WRITERS))) == [COMMITS] * WRITERS
     with open_db(pg_url, team_url="") as db:
         assert db.count() == WRITERS * COMMITS
 
