@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import random
 import statistics
 import tempfile
@@ -39,8 +40,9 @@ def make_record(workload: int, target: int, trial: int, tag: str = "bench") -> T
         provenance=Provenance("bench-host", "bench", "0.1.0", 1.7e9 + trial))
 
 
-def build(db: TuningDB, workloads: int, targets: int, trials: int) -> float:
-    start = time.perf_counter()
+def build(db: TuningDB, workloads: int, targets: int, trials: int) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process) to insert everything."""
+    start, cpu = time.perf_counter(), time.process_time()
     batch: list[TuningRecord] = []
     for w in range(workloads):
         for t in range(targets):
@@ -49,7 +51,7 @@ def build(db: TuningDB, workloads: int, targets: int, trials: int) -> float:
                 db.commit_many(batch)
                 batch = []
     db.commit_many(batch)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def time_lookups(db: TuningDB, keys: list[tuple[str, str]], **filters) -> tuple[list[float], float]:
@@ -67,14 +69,15 @@ def _writer(url: str, worker: int, count: int, barrier, results) -> None:
     db = open_db(url, team_url="")
     recs = [make_record(100_000 + worker, 0, i, tag=f"w{worker}") for i in range(count)]
     barrier.wait()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for rec in recs:
         db.commit(rec)
-    results.put((start, time.perf_counter(), time.time()))
+    results.put((start, time.perf_counter(), (time.process_time() - cpu) / count))
     db.close()
 
 
-def commits_per_second(url: str, writers: int, count: int) -> float:
+def commits_per_second(url: str, writers: int, count: int) -> tuple[float, float]:
+    """(commits per second of wall time over all writers, CPU seconds per commit in a writer)."""
     ctx = multiprocessing.get_context("fork")
     barrier, results = ctx.Barrier(writers), ctx.Queue()
     procs = [ctx.Process(target=_writer, args=(url, w + writers * 1000, count, barrier, results)) for w in range(writers)]
@@ -84,7 +87,7 @@ def commits_per_second(url: str, writers: int, count: int) -> float:
     for p in procs:
         p.join()
     wall = max(end for _, end, _ in spans) - min(start for start, _, _ in spans)
-    return writers * count / wall
+    return writers * count / wall, statistics.median(cpu for _, _, cpu in spans)
 
 
 def main() -> None:
@@ -96,15 +99,17 @@ def main() -> None:
     parser.add_argument("--commits", type=int, default=200, help="commits per writer process")
     args = parser.parse_args()
 
+    load_before = " ".join(f"{x:.1f}" for x in os.getloadavg())
     tmp = tempfile.TemporaryDirectory(prefix="kernelgen-bench-db-")
     url = args.url or f"sqlite:///{Path(tmp.name) / 'bench.sqlite'}"
     trials, targets = 50, 2
     workloads = max(args.records // (trials * targets), 1)
     db = open_db(url, team_url="")
-    build_s = build(db, workloads, targets, trials)
+    build_s, build_cpu = build(db, workloads, targets, trials)
     total = db.count()
     rows: list[tuple[str, str]] = [("database", db.url.split("?")[0]), ("records", f"{total:,}"),
-                                   ("bulk insert (commit_many, 5k/txn)", f"{total / build_s:,.0f} records/s")]
+                                   ("bulk insert (commit_many, 5k/txn)",
+                                    f"{total / build_s:,.0f} records/s wall; {build_cpu / total * 1e6:.0f} us CPU/record")]
 
     rng = random.Random(1)
     keys = [(f"wk-{rng.randrange(workloads):05d}", f"target-{rng.randrange(targets)}") for _ in range(args.lookups)]
@@ -137,11 +142,14 @@ def main() -> None:
     db.close()
 
     for writers in (1, 8):
-        rates = [commits_per_second(url, writers, args.commits) for _ in range(3)]
+        runs = [commits_per_second(url, writers, args.commits) for _ in range(3)]
+        rates = [rate for rate, _ in runs]
         rows.append((f"commit() x{args.commits}/writer, {writers} writer process(es)",
-                     f"{statistics.median(rates):,.0f} commits/s (median of 3; runs {', '.join(f'{r:,.0f}' for r in rates)})"))
+                     f"{statistics.median(rates):,.0f} commits/s (runs {', '.join(f'{r:,.0f}' for r in rates)}); "
+                     f"{statistics.median(cpu for _, cpu in runs) * 1e6:.0f} us CPU/commit"))
 
     width = max(len(k) for k, _ in rows)
+    print(f"load average before/after: {load_before} / {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print(f"{'measure':<{width}}  value")
     print(f"{'-' * width}  {'-' * 40}")
     for key, value in rows:

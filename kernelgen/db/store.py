@@ -59,6 +59,7 @@ class TuningDB:
         self.url: str = shown(self._url)
         self.read_only = read_only
         self._engine = make_engine(self._url, read_only=read_only)
+        self._upsert: Any = None
         self._best_sql: dict[tuple[int, bool], tuple[str, Sequence[str] | None, dict[str, Any]]] = {}
         try:
             ensure_schema(self._engine, self._url, read_only=read_only)
@@ -111,12 +112,14 @@ class TuningDB:
     def _insert(self, conn: Connection, rows: list[dict[str, Any]]) -> int:
         dialect = conn.dialect.name
         if dialect in ("sqlite", "postgresql"):
-            if dialect == "sqlite":
-                from sqlalchemy.dialects.sqlite import insert as dialect_insert
-            else:
-                from sqlalchemy.dialects.postgresql import insert as dialect_insert
-            stmt = dialect_insert(T).on_conflict_do_nothing(index_elements=["record_id"]).returning(T.c.record_id)
-            return len(conn.execute(stmt, rows).all())
+            if self._upsert is None:  # built once: statement construction costs more than a small insert
+                if dialect == "sqlite":
+                    from sqlalchemy.dialects.sqlite import insert as dialect_insert
+                else:
+                    from sqlalchemy.dialects.postgresql import insert as dialect_insert
+                self._upsert = (dialect_insert(T).on_conflict_do_nothing(index_elements=["record_id"])
+                                .returning(T.c.record_id))
+            return len(conn.execute(self._upsert, rows).all())
         # Other dialects: skip known ids, and count a concurrent identical insert as already present.
         present = set(conn.scalars(select(T.c.record_id).where(T.c.record_id.in_([r["record_id"] for r in rows]))))
         added = 0
