@@ -120,7 +120,8 @@ static inline void micro_tile(int64_t kc, const acc_t* __restrict a, const acc_t
 # Blocked driver: jc -> pc -> ic -> jr -> ir (BLIS order). Partial sums over K blocks live in W (the
 # output itself when it has the accumulator's dtype); the epilogue runs when the last K block lands.
 DRIVER = r"""
-// Write one computed micro tile (valid mr x nr at (m0, n0)): store, accumulate or finish with the epilogue.
+// Write the valid mr x nr part of a computed micro tile at (m0, n0): store the first K block's partial sums,
+// add later ones, and after the last one run the epilogue into the output.
 __attribute__((always_inline)) static inline void write_rows(const Ctx& cx, const acc_t* __restrict t, int64_t m0, int64_t mr, int64_t n0,
                               int64_t nr, bool first, bool last) {
   alignas(64) acc_t row[NR];
@@ -244,8 +245,11 @@ extern "C" void @ENTRY@(void* const* ptrs, int64_t num_threads) {
   const bool batch_parallel = nt > 1 && NBATCH >= nt && (NBATCH >= 4 * nt || NBATCH % nt == 0);
   // Partial sums need an accumulator-typed buffer unless the output itself is one.
   const bool own_w = !OUT_IS_ACC && K_ITERS > 1;
+  // Buffers shared by the team live in the calling thread's scratch, kept between calls: a fresh
+  // allocation per call costs page faults comparable to a medium GEMM.
+  static thread_local kg::Scratch shared_w, shared_b;
   const int64_t w_count = own_w ? M * N * (batch_parallel ? nt : 1) : 0;
-  acc_t* wbuf = own_w ? (acc_t*)std::aligned_alloc(64, (sizeof(acc_t) * w_count + 63) / 64 * 64) : nullptr;
+  acc_t* wbuf = own_w ? (acc_t*)shared_w.get(sizeof(acc_t) * w_count) : nullptr;
   auto make_ctx = [&](int64_t bi, acc_t* w) {
     Ctx cx{A, B, C, w, batch_offsets(bi), bi, ptrs};
     if (!own_w) cx.W = (acc_t*)(void*)(C + cx.off.c);
@@ -258,11 +262,9 @@ extern "C" void @ENTRY@(void* const* ptrs, int64_t num_threads) {
     for (int64_t bi = 0; bi < NBATCH; ++bi)
       gemm_serial(make_ctx(bi, own_w ? wbuf + M * N * omp_get_thread_num() : nullptr));
   } else {
-    acc_t* bp = (acc_t*)std::aligned_alloc(64, (sizeof(acc_t) * std::min<int64_t>(NC, kg::cdiv(N, NR) * NR) * KC_ + 63) / 64 * 64);
+    acc_t* bp = (acc_t*)shared_b.get(sizeof(acc_t) * std::min<int64_t>(NC, kg::cdiv(N, NR) * NR) * KC_);
 #pragma omp parallel num_threads(nt)
     for (int64_t bi = 0; bi < NBATCH; ++bi) gemm_coop(make_ctx(bi, wbuf), bp, nt);
-    std::free(bp);
   }
-  std::free(wbuf);
 }
 """
