@@ -28,7 +28,7 @@ class Registry:
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._entries: dict[tuple[str, str, str], Any] = {}
-        self._matches: dict[tuple, bool] = {}  # (entry key, workload key) -> does `replaces` match
+        self._matches: dict[tuple, bool] = {}  # (replaces fn, workload key) -> does the pattern match
         self._defaults_loaded = False
         self._load_error: RegistryError | None = None
 
@@ -66,9 +66,12 @@ class Registry:
         """Load the project's ``registry/``, ``$KERNELGEN_REGISTRY_PATH`` folders and entry points, once."""
         from kernelgen.custom_calls import loading
 
+        global _active
         with self._lock:
             if not self._defaults_loaded:
                 self._defaults_loaded = True
+                with _active_lock:  # registrations made while loading land in this registry
+                    previous, _active = _active, self
                 try:
                     folders = [f for f in [loading.project_registry()] if f is not None] + loading.env_folders()
                     for folder in folders:
@@ -76,6 +79,9 @@ class Registry:
                     loading.load_entry_points()
                 except RegistryError as exc:
                     self._load_error = exc
+                finally:
+                    with _active_lock:
+                        _active = previous
             if self._load_error is not None:
                 raise self._load_error
 
@@ -87,7 +93,7 @@ class Registry:
             return True
         if entry.replaces is None or "custom_call" in graph.ops():
             return False
-        key = (entry.key, graph.workload_key)
+        key = (entry.replaces, graph.workload_key)  # one trace serves every language of a pattern
         with self._lock:
             if key in self._matches:
                 return self._matches[key]

@@ -10,6 +10,16 @@ from rich.console import Console
 from rich.table import Table
 
 
+def _interpret_triton_without_gpu() -> None:
+    """Without a GPU, run Triton kernels under the interpreter (set before anything imports triton)."""
+    import os
+
+    from kernelgen.custom_calls.base import gpu_platform
+
+    if gpu_platform() is None:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
 def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Hand-written custom-call kernels: list them, check them here.",
                         no_args_is_help=True)
@@ -21,6 +31,8 @@ def register(app: typer.Typer) -> None:
         unavailable, with the reason), and the outcome of its last check."""
         from kernelgen.custom_calls.verify import describe
         from kernelgen.registry import entries
+
+        _interpret_triton_without_gpu()
 
         rows = [describe(entry) for entry in entries()]
         if as_json:
@@ -44,11 +56,12 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON results."),
     ) -> None:
         """Compile every call whose toolchain is here and run every call whose platform is here against its
-        reference on its examples. Exits 1 if any fails."""
+        reference on its examples (Triton under its interpreter when there is no GPU). Exits 1 if any fails."""
         from kernelgen.custom_calls.verify import check_entry
         from kernelgen.errors import RegistryError
         from kernelgen.registry import entries
 
+        _interpret_triton_without_gpu()
         selected = [e for e in entries() if not name or e.name in name]
         if name and not selected:
             raise RegistryError(f"no custom call named {', '.join(name)}; see `kernelgen registry list`")
