@@ -166,12 +166,13 @@ def _writer_queue(url: URL | None) -> Iterator[None]:
     The busy timeout stays as the fallback (other programs, platforms without ``fcntl``).
     """
     path = sqlite_path(url) if url is not None else None
-    if path is None or fcntl is None:
-        yield
-        return
-    try:
-        fd = os.open(f"{path}-lock", os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError:  # e.g. a read-only directory: SQLite's own locking still applies
+    fd = None
+    if path is not None and fcntl is not None:
+        try:
+            fd = os.open(f"{path}-lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:  # e.g. a read-only directory: SQLite's own locking still applies
+            fd = None
+    if fd is None:
         yield
         return
     try:
