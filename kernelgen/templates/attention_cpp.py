@@ -57,8 +57,16 @@ def space(problem: AttentionProblem, target: Target) -> SearchSpace:
     params = [Param("BLOCK_M", BLOCK_M_CHOICES), Param("BLOCK_N", BLOCK_N_CHOICES), Param("MR", MR_CHOICES),
               Param("NR", NR_CHOICES)]
     probe = SearchSpace(params, constraints)
-    default = next((d for d in _DEFAULTS if probe.is_valid(Config(d))), None)
+    default = next((d for d in map(_fit_block_m(problem.q_len), _DEFAULTS) if probe.is_valid(Config(d))), None)
     return SearchSpace(params, constraints, default)
+
+
+def _fit_block_m(q_len: int):
+    """Shrink a default's BLOCK_M to the fewest queries covering ``q_len``: query blocks are vector lanes."""
+    def fit(d: dict) -> dict:
+        fitting = [bm for bm in BLOCK_M_CHOICES if bm >= q_len and bm % d["MR"] == 0 and bm % d["NR"] == 0]
+        return {**d, "BLOCK_M": min(d["BLOCK_M"], *fitting)} if fitting else d
+    return fit
 
 
 _KERNEL = r"""

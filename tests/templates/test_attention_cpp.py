@@ -64,6 +64,13 @@ def test_default_config_is_valid_and_blocks_must_fit_l2() -> None:
     assert attention_cpp.space(problem, small).is_valid(attention_cpp.space(problem, small).default())
 
 
+def test_one_query_gets_a_small_query_block_and_is_correct() -> None:
+    inputs = qkv(2, 2, 1, 300, 64)
+    default = attention_cpp.space(problem_of(sdpa(), *inputs), TARGET).default()
+    assert default["BLOCK_M"] < 64
+    check(sdpa(), *inputs)
+
+
 def test_invalid_config_is_rejected_by_render() -> None:
     problem = problem_of(sdpa(), *qkv(1, 1, 8, 8, 16))
     with pytest.raises(ValueError, match="multiple of MR"):
