@@ -2,8 +2,8 @@
 of ``tl.dot`` into a float32 accumulator, grouped tile ordering (``GROUP_M`` rows of tiles share B in L2)
 and the pointwise epilogue applied to the accumulator before one masked store.
 
-Operand rows/cols are wrapped modulo M/N (the tutorial's trick), so A and B loads only mask the K tail;
-the output store masks the M/N edges. Batched matmuls use the grid's second axis.
+Operand loads are masked only along the dims whose size is not a multiple of the tile (masked loads stay
+vectorised and pipelined); the store masks the M/N edges. Batched matmuls use the grid's second axis.
 """
 
 from __future__ import annotations
@@ -103,21 +103,24 @@ def render(problem: GemmProblem, config: Config, target: Target) -> Source:
         f"offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){wide}",
         f"offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)){wide}",
         "offs_k = tl.arange(0, BLOCK_K)",
-        f"rows = offs_m % {p.m}",  # wrapped: A and B loads never leave the tensors, no M/N masks
-        f"cols = offs_n % {p.n}",
         f"a_ptrs = in{p.a.arg} + {offset_expr('bid', p.batch, p.a.strides[:-2])} + "
-        f"{tile_offset([('rows[:, None]', p.a.strides[-2]), ('offs_k[None, :]', p.a.strides[-1])])}",
+        f"{tile_offset([('offs_m[:, None]', p.a.strides[-2]), ('offs_k[None, :]', p.a.strides[-1])])}",
         f"b_ptrs = in{p.b.arg} + {offset_expr('bid', p.batch, p.b.strides[:-2])} + "
-        f"{tile_offset([('offs_k[:, None]', p.b.strides[-2]), ('cols[None, :]', p.b.strides[-1])])}",
+        f"{tile_offset([('offs_k[:, None]', p.b.strides[-2]), ('offs_n[None, :]', p.b.strides[-1])])}",
         "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
         f"for k in range(0, {-(-p.k // bk)}):",
     ]
-    if p.k % bk == 0:
-        lines += ["    a = tl.load(a_ptrs)", "    b = tl.load(b_ptrs)"]
-    else:
-        lines += [f"    k_left = {p.k} - k * BLOCK_K",
-                  "    a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)",
-                  "    b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)"]
+    # Masks only where a tile can overhang; masked loads keep their contiguity, so they stay vectorised
+    # and pipelined (cp.async zero-fills), unlike wrapping indices with a modulo.
+    k_tail = p.k % bk != 0
+    a_mask = [m for m, need in ((f"(offs_m[:, None] < {p.m})", p.m % bm != 0),
+                                ("(offs_k[None, :] < k_left)", k_tail)) if need]
+    b_mask = [m for m, need in (("(offs_k[:, None] < k_left)", k_tail),
+                                (f"(offs_n[None, :] < {p.n})", p.n % bn != 0)) if need]
+    if k_tail:
+        lines.append(f"    k_left = {p.k} - k * BLOCK_K")
+    lines += [f"    a = tl.load(a_ptrs, mask={' & '.join(a_mask)}, other=0.0)" if a_mask else "    a = tl.load(a_ptrs)",
+              f"    b = tl.load(b_ptrs, mask={' & '.join(b_mask)}, other=0.0)" if b_mask else "    b = tl.load(b_ptrs)"]
     lines += [f"    acc = tl.dot(a, b, acc{precision})",
               f"    a_ptrs += BLOCK_K * {p.a.strides[-1]}",
               f"    b_ptrs += BLOCK_K * {p.b.strides[-2]}",
