@@ -51,9 +51,11 @@ def space(problem: AttentionProblem, target: Target) -> SearchSpace:
                    lambda c: c["MR"] * c["NR"] // lanes + c["NR"] // lanes + 1 <= VECTOR_REGISTERS),
         Constraint("BLOCK_M is a multiple of MR and of NR (queries are both tile rows and tile columns)",
                    lambda c: c["BLOCK_M"] % c["MR"] == 0 and c["BLOCK_M"] % c["NR"] == 0),
-        Constraint(f"one task's Q, K, V, score and output blocks fit in half of L2 ({l2} B)",
-                   lambda c: _working_set(problem, c, acc) <= l2 // 2),
     ]
+    smallest = Config({"BLOCK_M": BLOCK_M_CHOICES[0], "BLOCK_N": BLOCK_N_CHOICES[0], "MR": 1, "NR": NR_CHOICES[0]})
+    if _working_set(problem, smallest, acc) <= l2 // 2:  # huge head dims fit no block: then do not prune
+        constraints.append(Constraint(f"one task's Q, K, V, score and output blocks fit in half of L2 ({l2} B)",
+                                      lambda c: _working_set(problem, c, acc) <= l2 // 2))
     params = [Param("BLOCK_M", BLOCK_M_CHOICES), Param("BLOCK_N", BLOCK_N_CHOICES), Param("MR", MR_CHOICES),
               Param("NR", NR_CHOICES)]
     probe = SearchSpace(params, constraints)
