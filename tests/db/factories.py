@@ -6,7 +6,10 @@ Every builder is deterministic: the same arguments give the same record (and ``r
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
+
+from sqlalchemy import insert
 
 from kernelgen.values import Config, FrozenMap, Measurement, Provenance, Status, TensorSpec, TimeStats, TuningRecord
 
@@ -69,3 +72,19 @@ def many(n: int, *, prefix: str = "r", workloads: int = 10, targets: int = 2, **
             config={"BLOCK": 16 << (i % 4), "i": i, "p": prefix}, status=status,
             median=1e-5 * (1 + (i * 7919) % 997), created_at=1_700_000_000.0 + i, **kwargs))
     return out
+
+
+def database_at(url: str, revision: str, records: Iterable[TuningRecord] = ()) -> None:
+    """A database as an older kernelgen left it: migrated only up to ``revision``, holding ``records``."""
+    from kernelgen.db.engine import make_engine, parse_url
+    from kernelgen.db.models import RecordRow, row_values
+    from kernelgen.db.schema import upgrade
+
+    parsed = parse_url(url)
+    engine = make_engine(parsed, read_only=False)
+    upgrade(engine, parsed, revision)
+    rows = [row_values(r) for r in records]
+    if rows:
+        with engine.begin() as conn:
+            conn.execute(insert(RecordRow.__table__), rows)
+    engine.dispose()

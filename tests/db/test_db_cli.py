@@ -12,7 +12,6 @@ import pytest
 from kernelgen.cli import main
 from kernelgen.db import open_db
 from tests.db import factories as f
-from tests.db.test_db_schema import _build_at
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -100,7 +99,7 @@ def test_prune_needs_a_criterion_and_reports_what_it_removed(url: str, capsys) -
 
 def test_upgrade_of_an_older_schema(tmp_path, capsys) -> None:
     old = f"sqlite:///{tmp_path / 'old.sqlite'}"
-    _build_at(old, "0001", [f.record()])
+    f.database_at(old, "0001", [f.record()])
     code, _, err = run(capsys, "stats", "--db", old)
     assert_one_line_error(code, err, "schema 1", f"kernelgen db upgrade --db {old}")
     code, out, _ = run(capsys, "upgrade", "--db", old)

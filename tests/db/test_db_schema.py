@@ -12,8 +12,8 @@ from sqlalchemy import create_engine, inspect, text
 
 from kernelgen.db import open_db, upgrade_db
 from kernelgen.db.engine import make_engine, parse_url
-from kernelgen.db.models import RECORDS_TABLE, VERSION_TABLE, Base, row_values
-from kernelgen.db.schema import head_revision, upgrade
+from kernelgen.db.models import RECORDS_TABLE, VERSION_TABLE, Base
+from kernelgen.db.schema import head_revision
 from kernelgen.errors import DatabaseError, SchemaVersionError
 from tests.db import factories as f
 
@@ -24,18 +24,6 @@ def _version(url: str) -> str | None:
         value = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
     engine.dispose()
     return value
-
-
-def _build_at(url: str, revision: str, records=()) -> None:
-    """A database as an older kernelgen left it: migrated only up to ``revision``, with some records."""
-    parsed = parse_url(url)
-    engine = make_engine(parsed, read_only=False)
-    upgrade(engine, parsed, revision)
-    with engine.begin() as conn:
-        for rec in records:
-            conn.execute(text(f"INSERT INTO {RECORDS_TABLE} ({', '.join(row_values(rec))}) VALUES "
-                              f"({', '.join(':' + k for k in row_values(rec))})"), row_values(rec))
-    engine.dispose()
 
 
 def _indexes(url: str) -> set[str]:
@@ -86,7 +74,7 @@ def test_migrations_build_exactly_the_models(persistent_url: str) -> None:
 
 def test_older_schema_is_refused_until_upgraded(persistent_url: str) -> None:
     rec = f.record()
-    _build_at(persistent_url, "0001", [rec])
+    f.database_at(persistent_url, "0001", [rec])
     with pytest.raises(SchemaVersionError) as info:
         open_db(persistent_url, team_url="")
     message = str(info.value)
@@ -101,7 +89,7 @@ def test_older_schema_is_refused_until_upgraded(persistent_url: str) -> None:
 
 
 def test_newer_schema_is_refused_and_never_modified(persistent_url: str) -> None:
-    _build_at(persistent_url, "head", [f.record()])
+    f.database_at(persistent_url, "head", [f.record()])
     engine = make_engine(parse_url(persistent_url), read_only=False)
     with engine.begin() as conn:
         conn.execute(text(f"UPDATE {VERSION_TABLE} SET version_num = '0099'"))
