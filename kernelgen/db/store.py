@@ -111,7 +111,7 @@ class TuningDB:
 
     def _insert(self, conn: Connection, rows: list[dict[str, Any]]) -> int:
         dialect = conn.dialect.name
-        if dialect in ("sqlite", "postgresql"):
+        if dialect in ("sqlite", "postgresql") and conn.dialect.insert_returning:  # SQLite >= 3.35
             if self._upsert is None:  # built once: statement construction costs more than a small insert
                 if dialect == "sqlite":
                     from sqlalchemy.dialects.sqlite import insert as dialect_insert

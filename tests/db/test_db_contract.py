@@ -188,3 +188,13 @@ def test_merge_from_url_file_and_open_db(store: TuningDB, tmp_path) -> None:
     assert store.merge(str(path)) == (0, 15)
     src.close()
     assert store.count() == 15
+
+
+def test_portable_insert_path_without_returning(store: TuningDB, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dialects without INSERT ... RETURNING (SQLite < 3.35, others) skip present ids instead."""
+    monkeypatch.setattr(store._engine.dialect, "insert_returning", False)
+    recs = f.many(20)
+    assert store.commit_many(recs[:5]) == 5
+    assert store.commit_many(recs) == 15
+    assert store.commit(recs[0]) is False
+    assert store.count() == 20
