@@ -150,6 +150,9 @@ def transaction(engine: Engine, url: URL, *, write: bool, read_only: bool,
             if write:
                 conn.execution_options(**{_WRITE_OPTION: True})
             elif single_read:
+                # One SELECT needs no transaction: skip the BEGIN/COMMIT round trips (SQLite: in _on_begin).
+                if conn.dialect.name == "postgresql":
+                    conn.execution_options(isolation_level="AUTOCOMMIT")
                 conn.execution_options(**{_SINGLE_READ_OPTION: True})
             with conn.begin():
                 yield conn
