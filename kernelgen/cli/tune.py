@@ -21,8 +21,13 @@ def fmt_ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
+_DTYPE_SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64"}
+
+
 def shape_label(signature: list[dict[str, Any]]) -> str:
-    return ", ".join(f"{s['dtype']}{s['shape']}" for s in signature)
+    """``"f32 2048x1024, f32 1024"``: compact enough for a table cell."""
+    return ", ".join(f"{_DTYPE_SHORT.get(s['dtype'], s['dtype'])} {'x'.join(map(str, s['shape'])) or 'scalar'}"
+                     for s in signature)
 
 
 def register(app: typer.Typer) -> None:
@@ -58,6 +63,8 @@ def register(app: typer.Typer) -> None:
 
         database = open_db(db, team_url=team_db)
         out = Console()
+        if not out.is_terminal:
+            out = Console(width=max(out.width, 160))  # piped or logged: do not squeeze configs into 80 columns
         report: list[dict[str, Any]] = []
         try:
             with _progress(as_json) as progress:
@@ -114,7 +121,8 @@ def _tune_one(workload: Any, db: Any, progress: Progress, options: dict[str, Any
 def _table(entry: dict[str, Any]) -> Table:
     table = Table(title=f"{entry['name']}  ({entry['function']})", title_justify="left")
     for column in ("shapes", "implementation", "best config", "time", "vs eager", "vs default", "trials", "failures"):
-        table.add_column(column, justify="right" if column in ("time", "vs eager", "vs default", "trials", "failures") else "left")
+        numeric = column in ("time", "vs eager", "vs default", "trials", "failures")
+        table.add_column(column, justify="right" if numeric else "left", no_wrap=numeric, overflow="fold")
     if entry["error"]:
         table.add_row("-", "error", entry["error"], "-", "-", "-", "-", "-")
     for r in entry["results"]:
