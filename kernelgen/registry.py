@@ -10,6 +10,7 @@ their own input specs). Registrations are validated eagerly; toolchains are prob
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -29,6 +30,7 @@ class Registry:
         self._lock = threading.RLock()
         self._entries: dict[tuple[str, str, str], Any] = {}
         self._matches: dict[tuple, bool] = {}  # (replaces fn, workload key) -> does the pattern match
+        self._folders: set[Path] = set()
         self._defaults_loaded = False
         self._load_error: RegistryError | None = None
 
@@ -75,7 +77,7 @@ class Registry:
                 try:
                     folders = [f for f in [loading.project_registry()] if f is not None] + loading.env_folders()
                     for folder in folders:
-                        loading.load_folder(folder)
+                        self.load_folder(folder)
                     loading.load_entry_points()
                 except RegistryError as exc:
                     self._load_error = exc
@@ -84,6 +86,24 @@ class Registry:
                         _active = previous
             if self._load_error is not None:
                 raise self._load_error
+
+    def load_folder(self, folder: str | Path) -> list[Path]:
+        """Import a registry folder into this registry, once; returns the files imported."""
+        from kernelgen.custom_calls import loading
+
+        global _active
+        resolved = Path(folder).expanduser().resolve()
+        with self._lock:
+            if resolved in self._folders:
+                return []
+            with _active_lock:
+                previous, _active = _active, self
+            try:
+                return loading.load_folder(resolved)
+            finally:
+                self._folders.add(resolved)  # never twice: a retry would re-register what did load
+                with _active_lock:
+                    _active = previous
 
     def implements(self, entry: Any, graph: Graph) -> bool:
         """True when ``entry`` computes ``graph``: the graph is exactly its named call, or its pattern."""
@@ -153,7 +173,7 @@ def register_custom_call(name: str, *, language: str, platforms: Sequence[str] |
                          defines: Sequence[str] | bool = ()) -> Callable[[_Launcher], _Launcher]:
     """Decorate a launcher ``(inputs, outputs, config[, kernel]) -> None`` to register a custom call.
 
-    ``language``: cpp | triton | cuda | hip | sycl. ``source``: a file (relative to the launcher's file)
+    ``language``: cpp | triton | cuda | hip | sycl. ``source``: a file (relative to the registering module's file)
     or source text (or a ``@triton.jit`` kernel); ``library`` + ``symbol``: a prebuilt shared library.
     ``params``: name -> choices, tuned like a template's; ``constraints``: functions of param names (and
     ``specs``, ``target``) that must hold; ``defines``: params compiled in as ``-DNAME=value`` (True: all).
@@ -164,7 +184,8 @@ def register_custom_call(name: str, *, language: str, platforms: Sequence[str] |
     from kernelgen.custom_calls.entry import make_entry
 
     def decorate(launcher: _Launcher) -> _Launcher:
-        entry = make_entry(launcher, name=name, language=language, platforms=platforms, params=params,
+        caller = sys._getframe(1).f_globals  # the registering module: relative sources and worker imports
+        entry = make_entry(launcher, module=caller.get("__name__"), module_file=caller.get("__file__"), name=name, language=language, platforms=platforms, params=params,
                            constraints=constraints, reference=reference, source=source, library=library,
                            symbol=symbol, replaces=replaces, variant=variant, inputs=inputs, dtypes=dtypes,
                            examples=examples, default=default, tolerance=tolerance, options=options,
@@ -196,9 +217,7 @@ def load_default_registries() -> None:
 
 def load_folder(folder: str | Path) -> list[Path]:
     """Import a team's registry folder now (beside ``KERNELGEN_REGISTRY_PATH``); returns the files loaded."""
-    from kernelgen.custom_calls.loading import load_folder as _load
-
-    return _load(folder)
+    return default_registry().load_folder(folder)
 
 
 def reference_for(name: str) -> Callable[..., Any]:

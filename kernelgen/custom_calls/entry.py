@@ -55,7 +55,8 @@ class CustomCall:
     tolerance: float | None
     options: tuple[str, ...]
     defines: tuple[str, ...]
-    origin: str
+    origin: str  # the file that registered it
+    module: str | None  # the registering module's name (an isolated tuning worker imports it)
     _hash: list[str] = field(default_factory=list, repr=False)
 
     @property
@@ -234,7 +235,8 @@ def _to_specs(where: str, example: Any) -> tuple[TensorSpec, ...]:
     return tuple(out)
 
 
-def make_entry(launcher: Callable[..., None], *, name: str, language: str, platforms: Sequence[str] | None,
+def make_entry(launcher: Callable[..., None], *, module: str | None = None, module_file: str | None = None,
+               name: str, language: str, platforms: Sequence[str] | None,
                params: Mapping[str, Any] | None, constraints: Any, reference: Callable[..., Any] | None,
                source: Any, library: str | Path | None, symbol: str | None, replaces: Callable[..., Any] | None,
                variant: str, inputs: Sequence[str] | None, dtypes: Sequence[str] | None, examples: Any,
@@ -278,7 +280,7 @@ def make_entry(launcher: Callable[..., None], *, name: str, language: str, platf
         if fn is not None and not _takes(fn, arity):
             raise RegistryError(f"{where}: {role} {getattr(fn, '__qualname__', fn)}{inspect.signature(fn)} "
                                 f"does not take the call's {arity} tensor inputs")
-    base = _origin_dir(launcher)
+    base = Path(module_file).resolve().parent if module_file else _origin_dir(launcher)
     text = path = obj = None
     if source is not None and library is not None:
         raise RegistryError(f"{where}: give source= or library=, not both")
@@ -326,5 +328,5 @@ def make_entry(launcher: Callable[..., None], *, name: str, language: str, platf
         wants_kernel=wants_kernel, source_text=text, source_path=path, source_object=obj, library=lib,
         symbol=symbol, replaces=replaces, dtypes=tuple(dtypes) if dtypes is not None else None,
         examples=examples_t, tolerance=tolerance, options=tuple(options), defines=tuple(defines or ()),
-        origin=getattr(getattr(launcher, "__code__", None), "co_filename", "?"),
+        origin=module_file or getattr(getattr(launcher, "__code__", None), "co_filename", "?"), module=module,
     )

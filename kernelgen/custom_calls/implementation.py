@@ -80,6 +80,13 @@ class CustomCallImplementation(Implementation):
         self.name = entry.implementation_name
 
     @property
+    def worker_factory(self) -> str:
+        """How an isolated tuning worker rebuilds this implementation (see ``custom_calls.rebuild``)."""
+        from kernelgen.custom_calls.rebuild import factory_for
+
+        return factory_for(self.entry)
+
+    @property
     def device(self) -> str:
         return "cuda" if self.platform in ("cuda", "hip") else "cpu"
 

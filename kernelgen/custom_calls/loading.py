@@ -22,9 +22,26 @@ PATH_ENV = "KERNELGEN_REGISTRY_PATH"
 
 
 def project_registry() -> Path | None:
-    """The top-level ``registry/`` beside the ``kernelgen`` package (a source checkout), if there is one."""
-    folder = Path(__file__).resolve().parent.parent.parent / "registry"
-    return folder if folder.is_dir() else None
+    """The top-level ``registry/`` of the kernelgen source checkout this package runs from, if any.
+
+    Only beside kernelgen's own ``pyproject.toml``: an installed kernelgen must never import some other
+    ``registry`` folder that happens to sit next to it in site-packages.
+    """
+    root = Path(__file__).resolve().parent.parent.parent
+    try:
+        is_checkout = 'name = "kernelgen"' in (root / "pyproject.toml").read_text()
+    except OSError:
+        return None
+    folder = root / "registry"
+    return folder if is_checkout and folder.is_dir() else None
+
+
+_FOLDER_OF_MODULE: dict[str, str] = {}  # synthetic module name -> the registry folder it was loaded from
+
+
+def folder_of(module_name: str | None) -> str | None:
+    """The registry folder a module was loaded from by ``load_folder``, or None."""
+    return _FOLDER_OF_MODULE.get(module_name or "")
 
 
 def env_folders() -> list[Path]:
@@ -50,6 +67,7 @@ def _exec(module_name: str, file: Path, package_dir: Path | None) -> None:
         raise RegistryError(f"cannot import {file}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module  # relative imports inside a call package need it
+    _FOLDER_OF_MODULE[module_name] = str(file.parent.parent if package_dir else file.parent)
     try:
         spec.loader.exec_module(module)
     except BaseException as exc:

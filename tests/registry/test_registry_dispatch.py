@@ -77,3 +77,35 @@ def test_wrong_custom_call_is_never_dispatched(registry, db_url, caplog):
     assert compiled.explain(x, b)["implementation"] == "eager"
     assert any("failed its check" in r.getMessage() or "differs from the reference" in r.getMessage()
                for r in caplog.records)
+
+
+TEAM_MODULE = '''
+from cc_helpers import BIAS_GELU_CPP, bias_gelu, launch
+from kernelgen.registry import register_custom_call
+
+register_custom_call("bg", language="cpp", source=BIAS_GELU_CPP, symbol="bias_gelu", reference=bias_gelu,
+                     replaces=bias_gelu)(launch())
+'''
+
+
+def test_isolated_tuning_worker_rebuilds_a_call_from_its_module(registry, db_url, tmp_path, monkeypatch):
+    """The worker process never ran the registration: it imports the registering module by name."""
+    (tmp_path / "kg_team_module.py").write_text(TEAM_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    importlib.import_module("kg_team_module")
+    x, b = torch.randn(8, 32), torch.randn(32)
+    graph = trace(bias_gelu, x, b)
+    (impl,) = candidates(graph, "cpp")
+    from kernelgen.db import open_db
+    from kernelgen.tune.measure import TimingPolicy
+
+    db = open_db(db_url)
+    try:
+        result = tuner.tune_graph(graph, backend="cpp", db=db, trials=1, implementations=[impl], isolate=True,
+                                  policy=TimingPolicy(min_time=0.01, min_repeats=3))
+    finally:
+        db.close()
+    assert result.best is not None and result.best.implementation == "custom:bg/cpp", \
+        [r.measurement.message for r in result.trials]
