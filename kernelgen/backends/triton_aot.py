@@ -4,7 +4,8 @@ cannot fit.
 
 CUDA figures come from Triton's metadata (dynamic shared memory) and ``cuobjdump --dump-resource-usage``
 on the produced cubin (registers; STACK + LOCAL bytes = spills: Triton kernels keep no other stack); HIP
-figures from the AMDGPU code-object metadata in the produced assembly (``.vgpr_count``, ``.vgpr_spill_count``, ``.group_segment_fixed_size``).
+figures from the AMDGPU code-object metadata in the produced assembly (``.vgpr_count``,
+``.vgpr_spill_count``, ``.group_segment_fixed_size``).
 Compiles run in a subprocess when this process runs Triton's interpreter (interpreter mode patches
 ``triton.language``, so it cannot compile), and reports are cached in memory and on disk.
 """

@@ -247,5 +247,5 @@ def pow2_at_least(n: int) -> int:
 
 
 __all__ = ["HEADER", "ExprEmitter", "POINTER_TYPE", "TL_DTYPE", "bf16_round", "compute_dtype", "const_literal",
-           "is_float", "kernel_params", "offset_expr", "pow2_at_least", "signature_json", "tanh", "tile_offset", "to_compute",
-           "to_storage"]
+           "is_float", "kernel_params", "offset_expr", "pow2_at_least", "signature_json", "tanh", "tile_offset",
+           "to_compute", "to_storage"]

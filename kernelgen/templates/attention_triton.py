@@ -75,8 +75,9 @@ def _body(p: AttentionProblem, masked: bool, d_mask: str, dv_mask: str, precisio
     """One key block of the online softmax, at ``start_n``."""
     k_ptr = tile_offset([("offs_n[None, :]", p.k.strides[2]), ("offs_d[:, None]", p.k.strides[3])])
     v_ptr = tile_offset([("offs_n[:, None]", p.v.strides[2]), ("offs_dv[None, :]", p.v.strides[3])])
-    k_mask = " & ".join(x for x in ((f"(offs_n[None, :] < {p.kv_len})" if masked else ""), d_mask.replace("[None, :]", "[:, None]")) if x)
-    v_mask = " & ".join(x for x in ((f"(offs_n[:, None] < {p.kv_len})" if masked else ""), dv_mask) if x)
+    k_tail, v_tail = (f"(offs_n[None, :] < {p.kv_len})", f"(offs_n[:, None] < {p.kv_len})") if masked else ("", "")
+    k_mask = " & ".join(x for x in (k_tail, d_mask.replace("[None, :]", "[:, None]")) if x)  # K is loaded as [D, N]
+    v_mask = " & ".join(x for x in (v_tail, dv_mask) if x)
     lines = ["offs_n = start_n + offs_n0",
              f"k = tl.load(k_base + {k_ptr}" + (f", mask={k_mask}, other=0.0)" if k_mask else ")"),
              f"qk = tl.dot(q, k{precision}) * {p.scale * LOG2E!r}"]
@@ -110,6 +111,7 @@ def render(problem: AttentionProblem, config: Config, target: Target) -> Source:
                      for op, n, dim in ((p.q, p.q_len, p.head_dim), (p.k, p.kv_len, p.head_dim),
                                         (p.v, p.kv_len, p.v_dim)))) >= 2**31
     wide = ".to(tl.int64)" if index_64 else ""
+    q_ptr = tile_offset([("offs_m[:, None]", p.q.strides[2]), ("offs_d[None, :]", p.q.strides[3])])
     q_mask = " & ".join(x for x in (f"(offs_m[:, None] < {p.q_len})", d_mask) if x)
     if p.causal:  # query i sees keys j <= i: blocks below start_m * BLOCK_M are fully visible
         full, hi = f"min(start_m * BLOCK_M + 1, {p.kv_len}) // BLOCK_N * BLOCK_N", \
@@ -128,8 +130,7 @@ def render(problem: AttentionProblem, config: Config, target: Target) -> Source:
         f"offs_n0 = tl.arange(0, BLOCK_N){wide}",
         f"offs_d = tl.arange(0, {d})",
         f"offs_dv = tl.arange(0, {dv})",
-        f"q = tl.load(q_base + {tile_offset([('offs_m[:, None]', p.q.strides[2]), ('offs_d[None, :]', p.q.strides[3])])}"
-        f", mask={q_mask}, other=0.0)",
+        f"q = tl.load(q_base + {q_ptr}, mask={q_mask}, other=0.0)",
         "m_i = tl.full([BLOCK_M], float(\"-inf\"), tl.float32)",
         "l_i = tl.zeros([BLOCK_M], tl.float32)",
         f"acc = tl.zeros([BLOCK_M, {dv}], tl.float32)",

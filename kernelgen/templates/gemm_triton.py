@@ -58,7 +58,8 @@ def space(problem: GemmProblem, target: Target) -> SearchSpace:
                    lambda c: c["BLOCK_M"] * c["BLOCK_N"] <= 128 * c["num_warps"] * warp),
         Constraint(f"tiles no larger than the problem (BLOCK_M <= {cap_m}, BLOCK_N <= {cap_n}, BLOCK_K <= {cap_k})",
                    lambda c: c["BLOCK_M"] <= cap_m and c["BLOCK_N"] <= cap_n and c["BLOCK_K"] <= cap_k),
-        Constraint("GROUP_M only matters with several tile rows", lambda c: c["GROUP_M"] == 1 or c["BLOCK_M"] < problem.m),
+        Constraint("GROUP_M only matters with several tile rows",
+                   lambda c: c["GROUP_M"] == 1 or c["BLOCK_M"] < problem.m),
     ]
     base = SearchSpace(params, constraints)
     default = None

@@ -81,7 +81,8 @@ def render(problem: PointwiseProblem, config: Config, target: Target) -> Source:
         value = emitter.names[out]
         if out not in block_valued:  # computed from scalars only: give it the block's shape
             value = f"tl.broadcast_to({value}, [BLOCK_SIZE])"
-        lines.append(f"    tl.store(out{j} + offs, {to_storage(value, node.spec.dtype, node.spec.dtype, interp)}, mask=mask)")
+        value = to_storage(value, node.spec.dtype, node.spec.dtype, interp)
+        lines.append(f"    tl.store(out{j} + offs, {value}, mask=mask)")
     grid = [-(-numel // block)]
     meta = FrozenMap({"signature": signature_json(graph), "grid": json.dumps(grid),
                       "constexprs": json.dumps({"BLOCK_SIZE": block}), "num_warps": int(config["num_warps"]),

@@ -123,7 +123,8 @@ class _Renderer:
                 self.out(f"x{i} = {to_compute(expr, ld.dtype)}", depth)
                 names[i] = f"x{i}"
         emitter = ExprEmitter(self.g, names, interpreter=self.interp)
-        for line in emitter.emit([i for i in needed if i not in names and self.g.nodes[i].op not in ("sum", "max", "min")]):
+        compute = [i for i in needed if i not in names and self.g.nodes[i].op not in ("sum", "max", "min")]
+        for line in emitter.emit(compute):
             self.out(line, depth)
         return emitter
 
@@ -210,14 +211,15 @@ class _Renderer:
         for level in self.levels():
             for r in level:
                 dtype = compute_dtype(self.g.nodes[self.g.nodes[r].inputs[0]].spec.dtype)
-                self.out(f"acc{r} = tl.full([ROWS, BLOCK_N], {_identity(self.g.nodes[r].op, dtype)}, {TL_DTYPE[dtype]})")
+                identity = _identity(self.g.nodes[r].op, dtype)
+                self.out(f"acc{r} = tl.full([ROWS, BLOCK_N], {identity}, {TL_DTYPE[dtype]})")
             self.out(loop)
             self.out("cols = start + cols0", 2)
             self.out(f"mask = row_mask & (cols < {self.p.row_len})", 2)
             emitter = self.element_block([self.g.nodes[r].inputs[0] for r in level], 2)
             for r in level:
                 op = self.g.nodes[r].op
-                combine = f"acc{r} + {{}}" if op == "sum" else f"tl.{'maximum' if op == 'max' else 'minimum'}(acc{r}, {{}})"
+                combine = f"acc{r} + {{}}" if op == "sum" else f"tl.{op}imum(acc{r}, {{}})"
                 self.out(f"acc{r} = {combine.format(self.masked(emitter, r))}", 2)
             for r in level:
                 self.out(f"v{r} = {self.reduce_expr(self.g.nodes[r].op, f'acc{r}')}")

@@ -63,7 +63,8 @@ def test_default_config_equal_lengths(causal):
 
 
 def test_fp16_rank3_inputs_and_explicit_scale():
-    q, k, v = rand(2, 19, 32, dtype=torch.float16), rand(2, 45, 32, dtype=torch.float16), rand(2, 45, 32, dtype=torch.float16)
+    q = rand(2, 19, 32, dtype=torch.float16)
+    k, v = rand(2, 45, 32, dtype=torch.float16), rand(2, 45, 32, dtype=torch.float16)
     run(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3), q, k, v, config=SMALL)
 
 

@@ -52,7 +52,8 @@ def rand(*shape, dtype=torch.float32):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_bias_gelu_broadcast_rows_not_multiple_of_block(dtype):
-    run(lambda x, b: F.gelu(x + b), rand(37, 29, dtype=dtype), rand(29, dtype=dtype), config={"BLOCK_SIZE": 256, "num_warps": 4})
+    run(lambda x, b: F.gelu(x + b), rand(37, 29, dtype=dtype), rand(29, dtype=dtype),
+        config={"BLOCK_SIZE": 256, "num_warps": 4})
 
 
 def test_every_elementwise_op_in_one_chain():
@@ -67,7 +68,8 @@ def test_every_elementwise_op_in_one_chain():
 
 
 def test_tanh_is_accurate_near_zero_and_at_extremes():
-    x = torch.tensor([0.0, 1e-6, -3e-4, 0.06, 0.07, -0.5, 9.0, -40.0, 100.0, float("inf"), float("-inf")], device=DEVICE)
+    x = torch.tensor([0.0, 1e-6, -3e-4, 0.06, 0.07, -0.5, 9.0, -40.0, 100.0, float("inf"), float("-inf")],
+                     device=DEVICE)
     run(lambda x: torch.tanh(x) * 1.0 + 0.0, x)
 
 
@@ -102,6 +104,17 @@ def test_noncontiguous_input_is_read_through_its_strides():
 def test_integer_inputs_promote_to_float():
     i = torch.arange(-6, 6, device=DEVICE, dtype=torch.int32).reshape(3, 4)
     run(lambda i, x: i * x + i, i, rand(3, 4))
+
+
+def test_offsets_widen_to_int64_only_past_2_31_elements():
+    from kernelgen.values import TensorSpec
+
+    target = get_backend("triton").target()
+    for numel, wide in ((2**20, False), (2**31 + 64, True)):
+        graph = kernelgen.trace(lambda x: x * 2.0, TensorSpec((numel // 64, 64), "float16"))
+        template, problem = match(graph)
+        text = template.render(problem, template.default_config(problem, target), target).text
+        assert ("tl.int64" in text) == wide
 
 
 def test_space_respects_gpu_thread_and_element_limits():
