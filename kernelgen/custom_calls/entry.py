@@ -264,6 +264,8 @@ def make_entry(launcher: Callable[..., None], *, module: str | None = None, modu
     params_t = _validate_params(where, params)
     names = {p.name for p in params_t}
     constraints_t = _validate_constraints(where, constraints, names)
+    if replaces is not None and not callable(replaces):
+        raise RegistryError(f"{where}: replaces= must be a plain torch function, got {type(replaces).__name__}")
     if reference is None:
         reference = replaces
     if reference is None or not callable(reference):
@@ -299,6 +301,8 @@ def make_entry(launcher: Callable[..., None], *, module: str | None = None, modu
             raise RegistryError(f"{where}: source must be a file path or source text, got {type(source).__name__}")
         obj = source
     lib = (base / library).resolve() if library is not None else None
+    if language == "triton" and (source is None or library is not None):
+        raise RegistryError(f"{where}: needs source=, a @triton.jit kernel or a .py file plus symbol=")
     if language != "triton" or path is not None:
         if source is None and library is None:
             raise RegistryError(f"{where}: needs source= (file or text) or library= (prebuilt shared library)")

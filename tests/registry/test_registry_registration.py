@@ -118,3 +118,10 @@ def test_missing_prebuilt_library_is_unavailable_not_an_error(registry, tmp_path
     (entry,) = registry.entries()
     availability = get_language("cpp").availability(entry)
     assert availability.state == "unavailable" and "libmissing.so not found" in availability.reason
+
+
+def test_triton_needs_a_kernel_and_replaces_must_be_callable(registry):
+    with pytest.raises(RegistryError, match="needs source=, a @triton.jit kernel"):
+        register_custom_call("bg", language="triton", reference=bias_gelu)(launch())
+    with pytest.raises(RegistryError, match="replaces= must be a plain torch function"):
+        _register(replaces="bias_gelu")
