@@ -336,7 +336,21 @@ class _Session:
         return {"ok": True}
 
 
+def _exit_with_parent(interval: float = 1.0) -> None:
+    """Exit when the parent dies (e.g. SIGKILL), even while a kernel hangs: ctypes calls release the GIL."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(interval)
+            if os.getppid() != parent:
+                os._exit(3)
+
+    threading.Thread(target=watch, daemon=True, name="kernelgen-parent-watch").start()
+
+
 def main() -> None:
+    _exit_with_parent()
     # Protocol on a private copy of stdout; anything printed by kernels or libraries goes to stderr.
     channel = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
