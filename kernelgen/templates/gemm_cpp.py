@@ -71,7 +71,7 @@ class Layout:
     """The iteration space after folding: ``batch`` loops outside one ``m x n x k`` GEMM.
 
     Strides are in elements. ``*_batch`` hold one stride per remaining batch dim (outermost first);
-    ``loads_sm``/``loads_sn`` are each epilogue load's strides over m and n.
+    ``loads_sm`` are the epilogue loads' strides over m (their n strides are those of ``GemmProblem.loads``).
     """
 
     batch: tuple[int, ...]
