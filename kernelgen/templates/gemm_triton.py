@@ -108,7 +108,7 @@ def render(problem: GemmProblem, config: Config, target: Target) -> Source:
         f"{tile_offset([('offs_m[:, None]', p.a.strides[-2]), ('offs_k[None, :]', p.a.strides[-1])])}",
         f"b_ptrs = in{p.b.arg} + {offset_expr('bid', p.batch, p.b.strides[:-2])} + "
         f"{tile_offset([('offs_k[:, None]', p.b.strides[-2]), ('offs_n[None, :]', p.b.strides[-1])])}",
-        "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+        f"acc = tl.zeros((BLOCK_M, BLOCK_N), dtype={'tl.float64' if p.a.dtype == 'float64' else 'tl.float32'})",
         f"for k in range(0, {-(-p.k // bk)}):",
     ]
     # Masks only where a tile can overhang; masked loads keep their contiguity, so they stay vectorised

@@ -23,7 +23,7 @@ from kernelgen.templates import gemm_triton, match  # noqa: E402
 pytestmark = pytest.mark.skipif(not (interpreter_active() or torch.cuda.is_available()),
                                 reason="triton was imported before TRITON_INTERPRET=1 was set")
 DEVICE = "cuda" if torch.cuda.is_available() and not interpreter_active() else "cpu"
-TOL = {torch.float32: 1e-4, torch.float16: 1e-2}
+TOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.float64: 1e-10}
 SMALL = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 4, "num_warps": 4, "num_stages": 1}
 
 
@@ -69,6 +69,10 @@ def test_one_row_and_a_transposed_operand():
 
 def test_batched_matmul_with_broadcast_weight_and_per_row_bias():
     run(lambda a, w, s: torch.tanh(torch.matmul(a, w) * s), rand(3, 20, 30), rand(30, 17), rand(3, 20, 1))
+
+
+def test_float64_accumulates_in_float64():
+    run(lambda a, w: a @ w - 1.0, rand(5, 70, dtype=torch.float64), rand(70, 3, dtype=torch.float64), config=SMALL)
 
 
 def test_plain_matmul_with_k_a_multiple_of_block_k():

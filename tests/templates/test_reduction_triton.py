@@ -83,6 +83,20 @@ def test_logsumexp_log_softmax_and_row_statistics(config):
     run(lambda x: (x.var(-1), x.amax(-1), x.amin(-1), x.mean(-1, keepdim=True)), rand(9, 70), config=config)
 
 
+def test_one_dimensional_input_and_integer_reductions():
+    run(lambda x: torch.softmax(x, -1), rand(37))
+    ints = torch.randint(-50, 50, (4, 90), dtype=torch.int32, device=DEVICE)
+    for config in (None, LOOP):
+        graph = kernelgen.trace(lambda x: (x.amax(-1), x.sum(-1)), ints)
+        template, problem = match(graph)
+        target = get_backend("triton").target()
+        config = config or template.default_config(problem, target)
+        kernel = get_backend("triton").compile(template.render(problem, config, target))
+        outs = [torch.empty(s.shape, dtype=getattr(torch, s.dtype), device=DEVICE) for s in graph.output_specs]
+        kernel(ints, *outs)
+        assert torch.equal(outs[0], ints.amax(-1)) and torch.equal(outs[1], ints.sum(-1).to(outs[1].dtype))
+
+
 def test_per_row_input_in_the_epilogue_and_3d_leading_dims():
     run(lambda x, s: torch.softmax(x, -1) * s, rand(2, 3, 21), rand(2, 3, 1))
 
