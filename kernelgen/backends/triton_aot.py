@@ -19,14 +19,14 @@ import shutil
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kernelgen.errors import CompileError, ToolchainUnavailableError
 from kernelgen.paths import atomic_write_text, cache_dir
-from kernelgen.space import Constraint
+from kernelgen.space import Constraint, Param, SearchSpace
 from kernelgen.target import Target
 from kernelgen.values import Config, Source, content_hash
 
@@ -294,6 +294,24 @@ def resource_constraints(render: Callable[[Config], Source], target: Target) -> 
 
     return [Constraint(f"fits {target.arch} in an ahead-of-time compile (shared memory, registers, no spills)",
                        fits)]
+
+
+def gpu_space(params: Sequence[Param], constraints: Sequence[Constraint], candidates: Sequence[Mapping[str, Any]],
+              render: Callable[[Config], Source], target: Target) -> SearchSpace:
+    """A GPU search space: the analytic ``constraints`` plus the ahead-of-time resource check, with the
+    first of ``candidates`` (preferred defaults, best first) that passes both as the default."""
+    base = SearchSpace(params, constraints)
+    aot = resource_constraints(render, target)
+    try:
+        fallback = [base.default()]
+    except ValueError:
+        fallback = []
+    default = None
+    for candidate in [Config(dict(c)) for c in candidates] + fallback:
+        if base.is_valid(candidate) and all(check(candidate) for check in aot):
+            default = candidate
+            break
+    return SearchSpace(params, [*constraints, *aot], default=default)
 
 
 def _main() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from kernelgen.backends.triton_aot import gpu_limits, resource_constraints
+from kernelgen.backends.triton_aot import gpu_limits, gpu_space
 from kernelgen.codegen.triton_expr import HEADER, TL_DTYPE, kernel_params, pow2_at_least, signature_json, tile_offset
 from kernelgen.space import Constraint, Param, SearchSpace
 from kernelgen.target import Target
@@ -58,17 +58,10 @@ def space(problem: AttentionProblem, target: Target) -> SearchSpace:
         Constraint(f"tiles no larger than the sequences (BLOCK_M <= {cap_m}, BLOCK_N <= {cap_n})",
                    lambda c: c["BLOCK_M"] <= cap_m and c["BLOCK_N"] <= cap_n),
     ]
-    base = SearchSpace(params, constraints)
-    default = None
-    for bm, bn, warps, stages in ((128, 64, 8, 3), (128, 64, 8, 2), (128, 32, 4, 2), (64, 64, 4, 2),
-                                  (64, 32, 4, 2), (32, 32, 4, 1), (16, 16, 4, 1), (16, 16, 1, 1)):
-        candidate = Config({"BLOCK_M": min(bm, cap_m), "BLOCK_N": min(bn, cap_n), "num_warps": warps,
-                            "num_stages": stages})
-        if base.is_valid(candidate):
-            default = candidate
-            break
-    constraints += resource_constraints(lambda c: render(problem, c, target), target)
-    return SearchSpace(params, constraints, default=default)
+    candidates = [{"BLOCK_M": min(bm, cap_m), "BLOCK_N": min(bn, cap_n), "num_warps": warps, "num_stages": stages}
+                  for bm, bn, warps, stages in ((128, 64, 8, 3), (128, 64, 8, 2), (128, 32, 4, 2), (64, 64, 4, 2),
+                                                (64, 32, 4, 2), (32, 32, 4, 1), (16, 16, 4, 1), (16, 16, 1, 1))]
+    return gpu_space(params, constraints, candidates, lambda c: render(problem, c, target), target)
 
 
 def _body(p: AttentionProblem, masked: bool, d_mask: str, dv_mask: str, precision: str) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from kernelgen.backends.triton_aot import gpu_limits, resource_constraints
+from kernelgen.backends.triton_aot import gpu_limits, gpu_space
 from kernelgen.codegen.triton_expr import (HEADER, ExprEmitter, kernel_params, offset_expr, pow2_at_least,
                                            signature_json, tile_offset, to_compute, to_storage)
 from kernelgen.space import Constraint, Param, SearchSpace
@@ -61,17 +61,10 @@ def space(problem: GemmProblem, target: Target) -> SearchSpace:
         Constraint("GROUP_M only matters with several tile rows",
                    lambda c: c["GROUP_M"] == 1 or c["BLOCK_M"] < problem.m),
     ]
-    base = SearchSpace(params, constraints)
-    default = None
-    for bm, bn, bk, group, warps, stages in _PREFERRED:
-        candidate = Config({"BLOCK_M": min(bm, cap_m), "BLOCK_N": min(bn, cap_n), "BLOCK_K": min(bk, cap_k),
-                            "GROUP_M": group if min(bm, cap_m) < problem.m else 1, "num_warps": warps,
-                            "num_stages": stages})
-        if base.is_valid(candidate):
-            default = candidate
-            break
-    constraints += resource_constraints(lambda c: render(problem, c, target), target)
-    return SearchSpace(params, constraints, default=default)
+    candidates = [{"BLOCK_M": min(bm, cap_m), "BLOCK_N": min(bn, cap_n), "BLOCK_K": min(bk, cap_k),
+                   "GROUP_M": group if min(bm, cap_m) < problem.m else 1, "num_warps": warps, "num_stages": stages}
+                  for bm, bn, bk, group, warps, stages in _PREFERRED]
+    return gpu_space(params, constraints, candidates, lambda c: render(problem, c, target), target)
 
 
 def _max_offset(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:

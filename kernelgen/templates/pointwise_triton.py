@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from kernelgen.backends.triton_aot import gpu_limits, resource_constraints
+from kernelgen.backends.triton_aot import gpu_limits, gpu_space
 from kernelgen.codegen.triton_expr import (HEADER, ExprEmitter, kernel_params, offset_expr, pow2_at_least,
                                            signature_json, to_compute, to_storage)
 from kernelgen.space import Constraint, Param, SearchSpace
@@ -34,18 +34,9 @@ def space(problem: PointwiseProblem, target: Target) -> SearchSpace:
         Constraint(f"BLOCK_SIZE <= {cap} (no block larger than the problem)", lambda c: c["BLOCK_SIZE"] <= cap),
     ]
     params = [Param("BLOCK_SIZE", (128, 256, 512, 1024, 2048, 4096)), Param("num_warps", (1, 2, 4, 8, 16))]
-    base = SearchSpace(params, constraints)
-    default = _default(base, problem)
-    constraints += resource_constraints(lambda c: render(problem, c, target), target)
-    return SearchSpace(params, constraints, default=default)
-
-
-def _default(base: SearchSpace, problem: PointwiseProblem) -> Config:
-    for block, warps in ((1024, 4), (512, 4), (256, 2), (128, 1), (128, 2)):
-        config = Config({"BLOCK_SIZE": block, "num_warps": warps})
-        if base.is_valid(config):
-            return config
-    return base.default()
+    candidates = [{"BLOCK_SIZE": block, "num_warps": warps}
+                  for block, warps in ((1024, 4), (512, 4), (256, 2), (128, 1), (128, 2))]
+    return gpu_space(params, constraints, candidates, lambda c: render(problem, c, target), target)
 
 
 def render(problem: PointwiseProblem, config: Config, target: Target) -> Source:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from kernelgen.backends.triton_aot import gpu_limits, resource_constraints
+from kernelgen.backends.triton_aot import gpu_limits, gpu_space
 from kernelgen.codegen.triton_expr import (HEADER, TL_DTYPE, ExprEmitter, compute_dtype, is_float, kernel_params,
                                            offset_expr, pow2_at_least, signature_json, to_compute, to_storage)
 from kernelgen.space import Constraint, Param, SearchSpace
@@ -49,12 +49,9 @@ def space(problem: ReductionProblem, target: Target) -> SearchSpace:
     block = full if full <= 8192 else 4096
     tile_rows = min(16, max(1, 1024 // block), max_rows)
     warps = min(16, max(1, tile_rows * block // (warp * 8)), max_threads // warp)
-    base = SearchSpace(params, constraints)
-    default = Config({"ROWS": tile_rows, "BLOCK_N": block, "num_warps": warps})
-    if not base.is_valid(default):
-        default = base.default()
-    constraints += resource_constraints(lambda c: render(problem, c, target), target)
-    return SearchSpace(params, constraints, default=default)
+    candidates = [{"ROWS": tile_rows, "BLOCK_N": block, "num_warps": warps},
+                  {"ROWS": 1, "BLOCK_N": min(block, 2048), "num_warps": min(8, max_threads // warp)}]
+    return gpu_space(params, constraints, candidates, lambda c: render(problem, c, target), target)
 
 
 def _identity(op: str, dtype: str) -> str:

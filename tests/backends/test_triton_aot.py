@@ -129,3 +129,13 @@ def test_cpu_target_is_refused_with_a_hint():
     with pytest.raises(ToolchainUnavailableError, match="Target.gpu"):
         aot_compile(source, Target.current("triton").with_backend("triton") if not torch.cuda.is_available()
                     else Target.current("cpp"))
+
+
+def test_template_spaces_pick_a_default_that_passes_the_aot_check(compiled, problems):
+    target, reports, _, _ = compiled
+    for name, (template, problem) in problems.items():
+        space = template.space(problem, target)  # AOT constraint on: the default is compiled (cached here)
+        assert any("ahead-of-time" in c.description for c in space.constraints)
+        assert space.is_valid(space.default())
+        source = template.render(problem, space.default(), target)
+        assert aot_compile(source, target) == reports[name]
