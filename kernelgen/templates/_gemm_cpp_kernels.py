@@ -217,11 +217,26 @@ static void gemm_coop(const Ctx& cx, acc_t* bp, int nt) {
     const int tn = nt / tm, ti = tid / tn, tj = tid % tn;
     const int64_t r0 = ru * ti / tm * MR, r1 = std::min<int64_t>(M, ru * (ti + 1) / tm * MR);
     const int64_t p0 = np * tj / tn, p1 = np * (tj + 1) / tn;
+    // Dynamic mode: (row block, column chunk) tasks handed out as threads free up, which keeps a busy
+    // machine from stalling everyone on a descheduled thread; enough tasks for 8 per thread.
+    const int64_t mb = kg::cdiv(M, MC);
+    int64_t js = 1;
+    while (mb * js < 8 * nt && js < np) ++js;
     for (int64_t it = 0; it < K_ITERS; ++it) {
       const int64_t pc = it * KC, kc = std::min<int64_t>(KC, K - pc);
 #pragma omp for schedule(static)
       for (int64_t p = 0; p < np; ++p)
         pack_b_panel(cx.B + cx.off.b, pc, kc, jc + p * NR, std::min<int64_t>(NR, nc - p * NR), bp + p * kc * NR);
+      if (DYNAMIC) {
+        int64_t packed = -1;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t task = 0; task < mb * js; ++task) {
+          const int64_t ib = task / js, jb = task % js, ic = ib * MC, mc = std::min<int64_t>(MC, M - ic);
+          if (packed != ib) { pack_a(cx.A + cx.off.a, ic, mc, pc, kc, ap); packed = ib; }
+          macro_kernel(cx, ap, bp, ic, mc, jc, nc, np * jb / js, np * (jb + 1) / js, kc, it == 0, it == K_ITERS - 1);
+        }
+        continue;  // the loop's implicit barrier protects bp
+      }
       if (p0 < p1) {
         for (int64_t ic = r0; ic < r1; ic += MC) {
           const int64_t mc = std::min<int64_t>(MC, r1 - ic);

@@ -23,14 +23,15 @@ NR_CHOICES = (8, 16, 24, 32)
 MC_CHOICES = (24, 48, 72, 96, 120, 144, 192, 240, 288, 384)
 NC_CHOICES = (256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192)
 KC_CHOICES = (64, 128, 192, 256, 320, 384, 512)
+SCHED_CHOICES = ("static", "dynamic")  # how threads share one GEMM: fixed grid or tasks on demand
 VECTOR_REGISTERS = 16  # ymm registers with AVX2 (we emit VEX code even where AVX-512 exists)
 # Preferred defaults, best first; the first one the target's constraints accept is the space's default.
 _DEFAULTS = (
-    {"MR": 6, "NR": 16, "MC": 144, "NC": 4096, "KC": 256},
-    {"MR": 4, "NR": 16, "MC": 96, "NC": 2048, "KC": 256},
-    {"MR": 4, "NR": 8, "MC": 96, "NC": 2048, "KC": 256},
-    {"MR": 4, "NR": 8, "MC": 48, "NC": 1024, "KC": 128},
-    {"MR": 2, "NR": 8, "MC": 24, "NC": 256, "KC": 64},
+    {"MR": 6, "NR": 16, "MC": 144, "NC": 4096, "KC": 256, "SCHED": "static"},
+    {"MR": 4, "NR": 16, "MC": 96, "NC": 2048, "KC": 256, "SCHED": "static"},
+    {"MR": 4, "NR": 8, "MC": 96, "NC": 2048, "KC": 256, "SCHED": "static"},
+    {"MR": 4, "NR": 8, "MC": 48, "NC": 1024, "KC": 128, "SCHED": "static"},
+    {"MR": 2, "NR": 8, "MC": 24, "NC": 256, "KC": 64, "SCHED": "static"},
 )
 _FALLBACK_CACHES = {"l1d": 32 * 1024, "l2": 256 * 1024, "l3": 8 * 1024 * 1024}
 
@@ -60,7 +61,7 @@ def space(problem: GemmProblem, target: Target) -> SearchSpace:
                    lambda c: c["KC"] * c["NC"] * acc <= l3 // 2),
     ]
     params = [Param("MR", MR_CHOICES), Param("NR", NR_CHOICES), Param("MC", MC_CHOICES),
-              Param("NC", NC_CHOICES), Param("KC", KC_CHOICES)]
+              Param("NC", NC_CHOICES), Param("KC", KC_CHOICES), Param("SCHED", SCHED_CHOICES)]
     probe = SearchSpace(params, constraints)
     default = next((d for d in _DEFAULTS if probe.is_valid(Config(d))), None)
     return SearchSpace(params, constraints, default)
@@ -166,7 +167,7 @@ def render(problem: GemmProblem, config: Config, target: Target) -> Source:
     out_ctype = cpp_expr.storage_type(problem.out_dtype)
     out_is_acc = out_ctype == acc and problem.out_dtype in ("float32", "float64")
     consts = {
-        "M": layout.m, "N": problem.n, "K": problem.k, "NBATCH": nbatch,
+        "DYNAMIC": int(config["SCHED"] == "dynamic"), "M": layout.m, "N": problem.n, "K": problem.k, "NBATCH": nbatch,
         "MR": config["MR"], "NR": config["NR"], "MC": config["MC"], "NC": config["NC"], "KC": config["KC"],
         "A_SM": layout.a_sm, "A_SK": problem.a.strides[-1], "B_SK": problem.b.strides[-2],
         "B_SN": problem.b.strides[-1], "A_ARG": problem.a.arg, "B_ARG": problem.b.arg,

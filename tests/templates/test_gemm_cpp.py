@@ -64,7 +64,7 @@ def test_default_config_is_valid_and_registers_bound_the_micro_tile() -> None:
 def test_cache_sizes_of_the_target_constrain_blocks() -> None:
     problem = problem_of(lambda a, b: a @ b, randn(64, 64), randn(64, 64))
     tiny = Target(**{**TARGET.__dict__, "caches": FrozenMap(l1d=8 * 1024, l2=64 * 1024, l3=1024 * 1024)})
-    config = Config({"MR": 6, "NR": 16, "MC": 144, "NC": 4096, "KC": 256})
+    config = Config({"MR": 6, "NR": 16, "MC": 144, "NC": 4096, "KC": 256, "SCHED": "static"})
     assert gemm_cpp.space(problem, TARGET).is_valid(config)
     assert not gemm_cpp.space(problem, tiny).is_valid(config)
     assert gemm_cpp.space(problem, tiny).is_valid(gemm_cpp.space(problem, tiny).default())
@@ -73,9 +73,9 @@ def test_cache_sizes_of_the_target_constrain_blocks() -> None:
 def test_invalid_config_is_rejected_by_render() -> None:
     problem = problem_of(lambda a, b: a @ b, randn(8, 8), randn(8, 8))
     with pytest.raises(ValueError, match="NC is a multiple of NR"):
-        gemm_cpp.render(problem, Config({"MR": 4, "NR": 24, "MC": 96, "NC": 2048, "KC": 256}), TARGET)
+        gemm_cpp.render(problem, Config({"MR": 4, "NR": 24, "MC": 96, "NC": 2048, "KC": 256, "SCHED": "static"}), TARGET)
     with pytest.raises(ValueError, match="not one of"):
-        gemm_cpp.render(problem, Config({"MR": 6, "NR": 16, "MC": 64, "NC": 2048, "KC": 256}), TARGET)
+        gemm_cpp.render(problem, Config({"MR": 6, "NR": 16, "MC": 64, "NC": 2048, "KC": 256, "SCHED": "static"}), TARGET)
     with pytest.raises(ValueError):
         gemm_cpp.render(problem, Config({"MR": 6, "NR": 16}), TARGET)
 
@@ -96,7 +96,7 @@ def test_broadcast_weight_batch_folds_into_m() -> None:
 CONFIGS = [
     {},  # the default
     {"MR": 1, "NR": 8, "MC": 24, "NC": 256, "KC": 64},
-    {"MR": 4, "NR": 24, "MC": 48, "NC": 384, "KC": 64},
+    {"MR": 4, "NR": 24, "MC": 48, "NC": 384, "KC": 64, "SCHED": "dynamic"},
     {"MR": 8, "NR": 8, "MC": 24, "NC": 256, "KC": 128},
 ]
 
@@ -107,8 +107,9 @@ def test_ragged_sizes_with_several_k_blocks(overrides: dict) -> None:
     check(lambda x, w, b: torch.relu(x @ w + b), randn(67, 200), randn(200, 45), randn(45), **overrides)
 
 
-def test_one_row_splits_columns_across_threads() -> None:
-    check(lambda x, w: x @ w, randn(1, 300), randn(300, 520), threads=2)
+@pytest.mark.parametrize("sched", ["static", "dynamic"])
+def test_one_row_splits_columns_across_threads(sched: str) -> None:
+    check(lambda x, w: x @ w, randn(1, 300), randn(300, 520), threads=2, SCHED=sched)
 
 
 def test_k_equal_one() -> None:
