@@ -41,7 +41,7 @@ def space(problem: PointwiseProblem, target: Target) -> SearchSpace:
     default_block = 16384
     while l2 and default_block > _BLOCKS[0] and default_block * per_element > l2 // 2:
         default_block //= 2
-    return SearchSpace(params, constraints, default={"block": default_block, "schedule": "static", "simd": True})
+    return SearchSpace(params, constraints, default={"block": default_block, "schedule": "dynamic", "simd": True})
 
 
 def collapse(shape: tuple[int, ...], arrays: list[tuple[int, ...]]) -> tuple[list[int], list[list[int]]]:
