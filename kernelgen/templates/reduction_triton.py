@@ -1,9 +1,10 @@
 """Row-reduction template, Triton renderer: each program owns ``ROWS`` rows, as a ``[ROWS, BLOCK_N]`` tile.
 
 Single pass when a row fits in ``BLOCK_N`` (the row stays in registers, every reduction and the epilogue
-reuse it); otherwise one loop over the row per dependency level of reductions (softmax: max, then the sum
-of exponentials) with ``[ROWS, BLOCK_N]`` float32 accumulators, and a last loop that computes and stores
-the element outputs. Per-row values are ``[ROWS, 1]`` tensors (``keep_dims``), so broadcasting is free.
+reuse it); otherwise one loop over the row per dependency level of reductions with ``[ROWS, BLOCK_N]``
+float32 accumulators, and a last loop that computes and stores the element outputs. A sum of
+``exp(x - max(x))`` (softmax, log_softmax, logsumexp) joins its max's loop as an online softmax.
+Per-row values are ``[ROWS, 1]`` tensors (``keep_dims``), so broadcasting is free.
 """
 
 from __future__ import annotations
@@ -203,10 +204,31 @@ class _Renderer:
         if element_outputs:
             self.store_elements(self.element_block(element_outputs, 1, computed), 1)
 
+    def online_sums(self, levels: list[list[int]]) -> dict[int, int]:
+        """``{sum: max}`` for sums of ``exp(X - max(X))`` one level above their max (softmax, logsumexp):
+        the looped path computes them in the max's pass with an online rescaling, saving a pass."""
+        fused: dict[int, int] = {}
+        for k in range(len(levels) - 1):
+            for r in levels[k + 1]:
+                e = self.g.nodes[self.g.nodes[r].inputs[0]]
+                if self.g.nodes[r].op != "sum" or e.op != "exp" or self.g.nodes[e.inputs[0]].op != "sub":
+                    continue
+                x, m = self.g.nodes[e.inputs[0]].inputs
+                if m in levels[k] and self.g.nodes[m].op == "max" and self.g.nodes[m].inputs[0] == x \
+                        and compute_dtype(self.g.nodes[x].spec.dtype) == "float32":
+                    fused[r] = m
+        return fused
+
     def looped(self, element_outputs: list[int]) -> None:
         loop = f"for start in range(0, {self.p.row_len}, BLOCK_N):"
-        for level in self.levels():
-            for r in level:
+        levels = self.levels()
+        fused = self.online_sums(levels)
+        for k, level in enumerate(levels):
+            level = [r for r in level if r not in fused]
+            online = {r: m for r, m in fused.items() if m in level}
+            if not level:
+                continue
+            for r in level + list(online):
                 dtype = compute_dtype(self.g.nodes[self.g.nodes[r].inputs[0]].spec.dtype)
                 identity = _identity(self.g.nodes[r].op, dtype)
                 self.out(f"acc{r} = tl.full([ROWS, BLOCK_N], {identity}, {TL_DTYPE[dtype]})")
@@ -216,11 +238,23 @@ class _Renderer:
             emitter = self.element_block([self.g.nodes[r].inputs[0] for r in level], 2)
             for r in level:
                 op = self.g.nodes[r].op
+                if r in online.values():  # per-lane online softmax: rescale the sums to the new max
+                    self.out(f"xm{r} = {self.masked(emitter, r)}", 2)
+                    self.out(f"new{r} = tl.maximum(acc{r}, xm{r})", 2)
+                    self.out(f"safe{r} = tl.where(new{r} == float(\"-inf\"), 0.0, new{r})", 2)
+                    for s_node in (s for s, m in online.items() if m == r):
+                        self.out(f"acc{s_node} = acc{s_node} * tl.exp(acc{r} - safe{r}) + tl.exp(xm{r} - safe{r})", 2)
+                    self.out(f"acc{r} = new{r}", 2)
+                    continue
                 combine = f"acc{r} + {{}}" if op == "sum" else f"tl.{op}imum(acc{r}, {{}})"
                 self.out(f"acc{r} = {combine.format(self.masked(emitter, r))}", 2)
             for r in level:
                 self.out(f"v{r} = {self.reduce_expr(self.g.nodes[r].op, f'acc{r}')}")
                 self.row_names[r] = f"v{r}"
+            for s_node, m in online.items():
+                safe = f"tl.where(v{m} == float(\"-inf\"), 0.0, v{m})"
+                self.out(f"v{s_node} = {self.reduce_expr('sum', f'acc{s_node} * tl.exp(acc{m} - {safe})')}")
+                self.row_names[s_node] = f"v{s_node}"
             self.finish_rows()
         if element_outputs:
             self.out(loop)

@@ -59,8 +59,13 @@ def test_softmax_single_pass_rows_not_multiple_of_tile(dtype):
     run(lambda x: torch.softmax(x, -1), rand(13, 37, dtype=dtype), looped=False)
 
 
-def test_softmax_looped_over_a_wide_row():
-    run(lambda x: torch.softmax(x * 0.5, -1), rand(3, 100), config=LOOP, looped=True)
+def test_softmax_looped_over_a_wide_row_uses_an_online_max_and_sum():
+    x = rand(3, 100)
+    x[1, 70:] += 30.0  # the max arrives late in the row: earlier partial sums must be rescaled
+    source = run(lambda x: torch.softmax(x * 0.5, -1), x, config=LOOP, looped=True)
+    assert source.text.count("for start in range") == 2  # max+sum in one pass, then the outputs
+    source = run(lambda x: torch.logsumexp(x, -1), x, config=LOOP, looped=True)
+    assert source.text.count("for start in range") == 1
 
 
 @pytest.mark.parametrize("config", [None, LOOP])
