@@ -66,6 +66,19 @@ def _identity(op: str, dtype: str) -> str:
     return str(-(2 ** (bits - 1))) if op == "max" else str(2 ** (bits - 1) - 1)
 
 
+_NAN_HELPERS = """@triton.jit
+def _kg_max_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _kg_min_nan(a, b):
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+"""
+
+
 class _Renderer:
     def __init__(self, problem: ReductionProblem, config: Config, target: Target) -> None:
         self.p = problem
@@ -76,6 +89,7 @@ class _Renderer:
         self.loads: dict[int, Load] = {ld.node: ld for ld in problem.loads}
         self.lines: list[str] = []
         self.row_names: dict[int, str] = {}
+        self.nan_helpers = False
 
     def out(self, line: str, depth: int = 1) -> None:
         self.lines.append("    " * depth + line)
@@ -154,7 +168,11 @@ class _Renderer:
             level[r] = 1 + max((level[d] for d in deps if d in level), default=-1)
         return [[r for r in self.p.reductions if level[r] == k] for k in range(max(level.values()) + 1)]
 
-    def reduce_expr(self, op: str, acc: str) -> str:
+    def reduce_expr(self, op: str, acc: str, r: int | None = None) -> str:
+        """Reduce ``acc`` over the row; float max/min of node ``r`` propagate NaN as torch does."""
+        if op != "sum" and r is not None and is_float(self.g.nodes[r].spec.dtype):
+            self.nan_helpers = True
+            return f"tl.reduce({acc}, 1, _kg_{op}_nan, keep_dims=True)"
         return f"tl.{op}({acc}, axis=1, keep_dims=True)"
 
     def store_elements(self, emitter: ExprEmitter, depth: int) -> None:
@@ -187,8 +205,9 @@ class _Renderer:
                 value = f"tl.broadcast_to({self.row_names[o]}, [ROWS, 1])"
                 self.out(f"tl.store(out{j} + rows, {to_storage(value, dtype, dtype, self.interp)}, mask=row_mask)")
         params = ", ".join(kernel_params(self.g))
-        return HEADER + f"@triton.jit\ndef {ENTRY}({params}, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):\n" + \
-            "\n".join(self.lines) + "\n"
+        helpers = _NAN_HELPERS if self.nan_helpers else ""
+        signature = f"def {ENTRY}({params}, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):\n"
+        return HEADER + helpers + "@triton.jit\n" + signature + "\n".join(self.lines) + "\n"
 
     def single_pass(self, element_outputs: list[int]) -> None:
         self.out("cols = cols0")
@@ -198,7 +217,7 @@ class _Renderer:
             emitter = self.element_block([self.g.nodes[r].inputs[0] for r in level], 1, computed)
             computed.update(emitter.names)
             for r in level:
-                self.out(f"v{r} = {self.reduce_expr(self.g.nodes[r].op, self.masked(emitter, r))}")
+                self.out(f"v{r} = {self.reduce_expr(self.g.nodes[r].op, self.masked(emitter, r), r)}")
                 self.row_names[r] = f"v{r}"
             self.finish_rows()
         if element_outputs:
@@ -246,10 +265,11 @@ class _Renderer:
                         self.out(f"acc{s_node} = acc{s_node} * tl.exp(acc{r} - safe{r}) + tl.exp(xm{r} - safe{r})", 2)
                     self.out(f"acc{r} = new{r}", 2)
                     continue
-                combine = f"acc{r} + {{}}" if op == "sum" else f"tl.{op}imum(acc{r}, {{}})"
+                nan = ", propagate_nan=tl.PropagateNan.ALL" if is_float(self.g.nodes[r].spec.dtype) else ""
+                combine = f"acc{r} + {{}}" if op == "sum" else f"tl.{op}imum(acc{r}, {{}}{nan})"
                 self.out(f"acc{r} = {combine.format(self.masked(emitter, r))}", 2)
             for r in level:
-                self.out(f"v{r} = {self.reduce_expr(self.g.nodes[r].op, f'acc{r}')}")
+                self.out(f"v{r} = {self.reduce_expr(self.g.nodes[r].op, f'acc{r}', r)}")
                 self.row_names[r] = f"v{r}"
             for s_node, m in online.items():
                 safe = f"tl.where(v{m} == float(\"-inf\"), 0.0, v{m})"

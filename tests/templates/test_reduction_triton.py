@@ -102,6 +102,21 @@ def test_one_dimensional_input_and_integer_reductions():
         assert torch.equal(outs[0], ints.amax(-1)) and torch.equal(outs[1], ints.sum(-1).to(outs[1].dtype))
 
 
+@pytest.mark.parametrize("config", [None, LOOP])
+def test_max_and_min_propagate_nan_like_torch(config):
+    x = rand(4, 90)
+    x[1, 5], x[2, 80] = float("nan"), float("nan")
+    graph = kernelgen.trace(lambda x: (x.amax(-1), x.amin(-1)), x)
+    template, problem = match(graph)
+    target = get_backend("triton").target()
+    kernel = get_backend("triton").compile(template.render(problem, config or template.default_config(problem, target),
+                                                           target))
+    outs = [torch.empty(4, device=DEVICE), torch.empty(4, device=DEVICE)]
+    kernel(x, *outs)
+    torch.testing.assert_close(outs[0], x.amax(-1), equal_nan=True)
+    torch.testing.assert_close(outs[1], x.amin(-1), equal_nan=True)
+
+
 def test_per_row_input_in_the_epilogue_and_3d_leading_dims():
     run(lambda x, s: torch.softmax(x, -1) * s, rand(2, 3, 21), rand(2, 3, 1))
 
