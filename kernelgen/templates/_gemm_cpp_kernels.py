@@ -82,11 +82,12 @@ static void pack_b_panel(const b_t* __restrict B, int64_t k0, int64_t kc, int64_
 """
 
 # The MR x NR register tile: t[MR][NR] = sum_k a[k][:] (outer) b[k][:]. GCC vector extensions instead of
-# intrinsics: the same code is AVX2 FMA on x86 (-ffast-math contracts c += a * b into vfmadd), NEON
-# elsewhere, serves float64 too, and spares every compile the 0.6 s <immintrin.h> costs.
+# intrinsics: the same code is AVX2 or AVX-512 FMA on x86 (64-byte vectors where the target has zmm;
+# -ffast-math contracts c += a * b into vfmadd), NEON elsewhere, serves float64 too, and spares every
+# compile the 0.6 s <immintrin.h> costs.
 MICROKERNEL = r"""
-typedef acc_t vacc __attribute__((vector_size(32)));
-static constexpr int VL = 32 / (int)sizeof(acc_t);
+typedef acc_t vacc __attribute__((vector_size(@VECTOR_BYTES@)));
+static constexpr int VL = @VECTOR_BYTES@ / (int)sizeof(acc_t);
 static_assert(NR % VL == 0, "NR must be a multiple of the vector length");
 
 static inline void micro_tile(int64_t kc, const acc_t* __restrict a, const acc_t* __restrict b, acc_t* __restrict t) {

@@ -1,9 +1,10 @@
-"""C++/OpenMP renderer of the GEMM template: cache-blocked, packed, AVX2 register micro-tiles, fused epilogue.
+"""C++/OpenMP renderer of the GEMM template: cache-blocked, packed, SIMD register micro-tiles, fused epilogue.
 
-Loop order is BLIS's (jc → pc → ic → jr → ir) with MC/NC/KC cache blocks and an MR×NR micro-tile; the
-epilogue (any pointwise DAG on the accumulator, see ``GemmProblem``) runs on each row of a micro-tile as
-the last K block lands, so the product never makes a round trip through memory before it. Batch dims
-that are contiguous with M (for example a weight broadcast over a batch of activations) fold into M.
+Loop order is BLIS's (jc → pc → ic → jr → ir) with MC/NC/KC cache blocks and an MR×NR micro-tile (ymm
+with AVX2, zmm with AVX-512); the epilogue (any pointwise DAG on the accumulator, see ``GemmProblem``)
+runs on each row of a micro-tile as the last K block lands, so the product never makes a round trip
+through memory before it. Batch dims that are contiguous with M (for example a weight broadcast over a
+batch of activations) fold into M.
 """
 
 from __future__ import annotations
@@ -18,16 +19,17 @@ from kernelgen.templates import _gemm_cpp_kernels as kernels
 from kernelgen.templates.gemm import GemmProblem
 from kernelgen.values import Config, FrozenMap, Source
 
-MR_CHOICES = (1, 2, 3, 4, 6, 8)
-NR_CHOICES = (8, 16, 24, 32)
+MR_CHOICES = (1, 2, 3, 4, 6, 8, 12)
+NR_CHOICES = (8, 16, 24, 32, 48)
 MC_CHOICES = (24, 48, 72, 96, 120, 144, 192, 240, 288, 384)
 NC_CHOICES = (256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192)
 KC_CHOICES = (64, 128, 192, 256, 320, 384, 512)
 SCHED_CHOICES = ("static", "dynamic")  # how threads share one GEMM: fixed grid or tasks on demand
-VECTOR_REGISTERS = 16  # ymm registers with AVX2 (we emit VEX code even where AVX-512 exists)
 # Preferred defaults, best first; the first one the target's constraints accept is the space's default.
 _DEFAULTS = (
-    {"MR": 6, "NR": 16, "MC": 144, "NC": 4096, "KC": 256, "SCHED": "static"},
+    {"MR": 12, "NR": 32, "MC": 144, "NC": 4096, "KC": 256, "SCHED": "static"},  # AVX-512, 48 KiB L1d
+    {"MR": 12, "NR": 32, "MC": 144, "NC": 4096, "KC": 128, "SCHED": "static"},  # AVX-512, 32 KiB L1d
+    {"MR": 6, "NR": 16, "MC": 144, "NC": 4096, "KC": 256, "SCHED": "static"},  # AVX2
     {"MR": 4, "NR": 16, "MC": 96, "NC": 2048, "KC": 256, "SCHED": "static"},
     {"MR": 4, "NR": 8, "MC": 96, "NC": 2048, "KC": 256, "SCHED": "static"},
     {"MR": 4, "NR": 8, "MC": 48, "NC": 1024, "KC": 128, "SCHED": "static"},
@@ -41,16 +43,26 @@ def acc_type(problem: GemmProblem) -> str:
     return "double" if problem.a.dtype == "float64" else "float"
 
 
+def vector_isa(target: Target) -> tuple[int, int]:
+    """(bytes per vector, vector registers) of the micro-tile on ``target``: zmm x 32 with AVX-512, ymm x 16
+    with AVX; elsewhere 32-byte vectors are split in two 16-byte registers (8 usable)."""
+    if "avx512f" in target.features:
+        return 64, 32
+    return (32, 16) if "avx" in target.features else (32, 8)
+
+
 def space(problem: GemmProblem, target: Target) -> SearchSpace:
     """Tile sizes with the register file and L1/L2/L3 capacities of ``target`` as constraints."""
     acc = 8 if acc_type(problem) == "double" else 4
-    lanes = (32 if "avx" in target.features else 16) // acc
+    vector_bytes, registers = vector_isa(target)
+    lanes = vector_bytes // acc
     caches = {name: int(target.caches.get(name) or fallback) for name, fallback in _FALLBACK_CACHES.items()}
     l1, l2, l3 = caches["l1d"], caches["l2"], caches["l3"]
     constraints = [
+        Constraint(f"NR is a multiple of the vector length ({lanes})", lambda c: c["NR"] % lanes == 0),
         Constraint(f"MR*NR/{lanes} accumulators + NR/{lanes} B vectors + 1 broadcast fit in "
-                   f"{VECTOR_REGISTERS} vector registers",
-                   lambda c: c["MR"] * c["NR"] // lanes + c["NR"] // lanes + 1 <= VECTOR_REGISTERS),
+                   f"{registers} vector registers",
+                   lambda c: c["MR"] * c["NR"] // lanes + c["NR"] // lanes + 1 <= registers),
         Constraint("MC is a multiple of MR", lambda c: c["MC"] % c["MR"] == 0),
         Constraint("NC is a multiple of NR", lambda c: c["NC"] % c["NR"] == 0),
         Constraint(f"A and B micro-panels (MR+NR)*KC*{acc} B fit in L1d ({l1} B)",
@@ -187,8 +199,9 @@ def render(problem: GemmProblem, config: Config, target: Target) -> Source:
         "struct Ctx { const a_t* A; const b_t* B; out_t* C; acc_t* W; Offs off; int64_t bi; void* const* ptrs; };",
         _finish_row(problem, layout),
     ]
+    micro = kernels.MICROKERNEL.replace("@VECTOR_BYTES@", str(vector_isa(target)[0]))
     entry = "kg_gemm"
-    text = "\n".join([cpp_expr.PRELUDE, kernels.PRELUDE, *header, kernels.PACKING, kernels.MICROKERNEL,
+    text = "\n".join([cpp_expr.PRELUDE, kernels.PRELUDE, *header, kernels.PACKING, micro,
                       kernels.DRIVER.replace("@ENTRY@", entry)])
     signature = [spec.to_json() for spec in (*graph.signature, *graph.output_specs)]
     return Source("cpp", text, entry, (), FrozenMap(signature=json.dumps(signature)))

@@ -70,6 +70,23 @@ def test_cache_sizes_of_the_target_constrain_blocks() -> None:
     assert gemm_cpp.space(problem, tiny).is_valid(gemm_cpp.space(problem, tiny).default())
 
 
+def test_avx512_target_gets_zmm_tiles_and_the_code_still_runs_here() -> None:
+    # GCC splits 64-byte vectors on AVX2, so the AVX-512 rendering is checked for correctness on any x86
+    wide = Target(**{**TARGET.__dict__, "features": (*TARGET.features, "avx512f"),
+                     "caches": FrozenMap(l1d=48 * 1024, l2=2 * 2**20, l3=2**25)})
+    inputs = (randn(50, 70), randn(70, 40), randn(40))
+    problem = problem_of(lambda x, w, b: torch.relu(x @ w + b), *inputs)
+    space = gemm_cpp.space(problem, wide)
+    default = space.default()
+    assert default["NR"] % 16 == 0 and default["MR"] * default["NR"] // 16 > 16  # more accumulators than ymm
+    assert not space.is_valid(Config({**default.to_json(), "NR": 8}))  # half a zmm
+    source = gemm_cpp.render(problem, default, wide)
+    assert "vector_size(64)" in source.text
+    out = torch.empty(50, 40)
+    get_backend("cpp").compile(source)(*inputs, out)
+    torch.testing.assert_close(out, torch.relu(inputs[0] @ inputs[1] + inputs[2]), **TOL[torch.float32])
+
+
 def test_invalid_config_is_rejected_by_render() -> None:
     problem = problem_of(lambda a, b: a @ b, randn(8, 8), randn(8, 8))
     with pytest.raises(ValueError, match="NC is a multiple of NR"):
