@@ -83,14 +83,16 @@ class Domain:
                     mask[row] = False
             return self.rows[mask]
         found: dict[Index, None] = {}
-        for _ in range(50):  # rejection sampling in batches; gives up on spaces that are almost all invalid
-            batch = rng.integers(0, self.sizes, size=(4 * limit, len(self.sizes)))
+        batch_size = min(4 * limit, 1024)
+        for _ in range(64):  # rejection sampling; stops once a batch finds nothing new (a small valid set)
+            before = len(found)
+            batch = rng.integers(0, self.sizes, size=(batch_size, len(self.sizes)))
             for row in map(tuple, batch.tolist()):
                 if row not in seen and row not in found and self.is_valid(row):
                     found[row] = None
                     if len(found) >= limit:
                         break
-            if len(found) >= limit:
+            if len(found) >= limit or len(found) == before:
                 break
         return np.array(list(found), dtype=np.int64).reshape(len(found), len(self.sizes))
 

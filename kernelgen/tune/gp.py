@@ -7,7 +7,7 @@ the previous fit); the model is tiny (hundreds of points), so a fit takes millis
 from __future__ import annotations
 
 import numpy as np
-from scipy.linalg import cho_factor, cho_solve
+from scipy.linalg import cho_factor, cho_solve, solve_triangular
 from scipy.optimize import minimize
 from scipy.special import ndtr
 
@@ -15,9 +15,10 @@ _SQRT5 = np.sqrt(5.0)
 # Bounds of log(length scale) per dimension, log(signal variance) and log(noise variance). Inputs live in
 # [0, 1] and targets are standardised, so these cover "irrelevant" to "changes every step" and keep the
 # noise from swallowing the signal.
-_LOG_LS = (np.log(0.02), np.log(20.0))
+_LOG_LS = (np.log(0.1), np.log(20.0))
 _LOG_SF2 = (np.log(0.05), np.log(20.0))
 _LOG_NOISE = (np.log(1e-6), np.log(0.2))
+_PRIOR_LS, _PRIOR_SD = np.log(0.5), 1.0
 
 
 def _matern(sq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -50,9 +51,13 @@ class GaussianProcess:
             return 1e10, np.zeros_like(theta)
         alpha = cho_solve(c, y)
         lml = -0.5 * y @ alpha - np.log(np.diag(c[0])).sum() - 0.5 * n * np.log(2 * np.pi)
+        # A log-normal prior on length scales (around half the range) keeps rough data from collapsing
+        # them to "every step is unrelated", which turns expected improvement into random search.
+        dev = theta[:-2] - _PRIOR_LS
+        lml -= 0.5 * np.sum(dev**2) / _PRIOR_SD**2
         W = np.outer(alpha, alpha) - cho_solve(c, np.eye(n))
         grad = np.empty_like(theta)
-        grad[:-2] = 0.5 * np.einsum("ij,ijk->k", W * (sf2 * dfac), scaled)
+        grad[:-2] = 0.5 * np.einsum("ij,ijk->k", W * (sf2 * dfac), scaled) - dev / _PRIOR_SD**2
         grad[-2] = 0.5 * np.sum(W * (sf2 * m))
         grad[-1] = 0.5 * noise * np.trace(W)
         return -lml, -grad
@@ -82,8 +87,8 @@ class GaussianProcess:
     def predict(self, Xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         ks = self._sf2 * _matern(self._sq(Xs, self.X))[0]
         mean = ks @ self._alpha
-        v = cho_solve(self._chol, ks.T)
-        var = np.maximum(self._sf2 - np.einsum("ij,ji->i", ks, v), 1e-12)
+        v = solve_triangular(self._chol[0], ks.T, lower=True, check_finite=False)
+        var = np.maximum(self._sf2 - np.einsum("ij,ij->j", v, v), 1e-12)
         return mean * self.sd + self.mu, np.sqrt(var) * self.sd
 
     def expected_improvement(self, Xs: np.ndarray, best: float) -> np.ndarray:

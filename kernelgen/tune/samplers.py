@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import optuna
+from scipy.special import ndtr, ndtri
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.samplers import BaseSampler
 from optuna.study import Study
@@ -43,6 +44,7 @@ class History:
     rows: list[Index] = field(default_factory=list)
     values: list[float] = field(default_factory=list)
     seen: set[Index] = field(default_factory=set)
+    waiting: set[Index] = field(default_factory=set)  # enqueued (warm starts), not yet taken by a worker
 
     @classmethod
     def of(cls, study: Study, domain: Domain, exclude: int | None = None) -> "History":
@@ -56,6 +58,8 @@ class History:
             row = tuple(int(params[name]) for name in domain.names)
             if t.state in (TrialState.RUNNING, TrialState.WAITING):
                 hist.seen.add(row)
+                if t.state is TrialState.WAITING:
+                    hist.waiting.add(row)
             elif ATTR_STATUS in t.user_attrs and t.state in (TrialState.COMPLETE, TrialState.FAIL):
                 ok = t.user_attrs[ATTR_STATUS] == "ok" and t.state is TrialState.COMPLETE
                 hist.rows.append(row)
@@ -183,29 +187,56 @@ class BayesSampler(DomainSampler):
     model steers away from regions that fail to compile or launch.
     """
 
-    def __init__(self, domain: Domain, seed: int | None = None, n_init: int = 10) -> None:
+    def __init__(self, domain: Domain, seed: int | None = None, n_init: int = 10, explore: float = 0.0,
+                 rank_targets: bool = True, model: str = "gp", trees: int = 48, leaf: int = 1,
+                 max_features: float = 1.0, max_candidates: int = 2048) -> None:
         super().__init__(domain, seed)
+        self.model, self.trees, self.leaf, self.max_features = model, trees, leaf, max_features
         self.n_init = n_init
+        self.max_candidates = max_candidates
+        self.explore = explore
+        self.rank_targets = rank_targets
         self._gp = None
         self._fitted_at = 0
 
     def propose(self, study: Study, trial: FrozenTrial, hist: History) -> Index | None:
         values = np.asarray(hist.values, dtype=np.float64)
         n_ok = int(np.count_nonzero(~np.isnan(values)))
-        if len(values) < self.n_init or n_ok < 2:
+        if len(values) < self.n_init or n_ok < 2 or self._rng.random() < self.explore:
             return self.random_unseen(hist)
         cands = self.domain.unseen(hist.seen, self._rng)
-        if not self.domain.enumerated:
+        if len(cands) > self.max_candidates or not self.domain.enumerated:
+            # The model's cost grows with the candidates: score a random share of the space plus every
+            # unseen neighbour of the best configs, where the improvement usually is.
+            if len(cands) > self.max_candidates:
+                cands = cands[self._rng.choice(len(cands), self.max_candidates, replace=False)]
             order = np.argsort(np.where(np.isnan(values), np.inf, values))[:5]
             extra = [nb for i in order for nb in self.domain.neighbours(hist.rows[i], hist.seen)]
             if extra:
                 cands = np.unique(np.vstack([cands, np.array(extra, dtype=np.int64)]), axis=0)
         if len(cands) == 0:
             return None
-        from kernelgen.tune.gp import GaussianProcess
-
         X = self.domain.features(np.array(hist.rows, dtype=np.float64))
         y = failure_fill(values)
+        if self.rank_targets:
+            # Normal scores of the ranks: run times are heavy-tailed (a bad tile is 10x slower), and a
+            # model fits ranks far better than the raw cliffs; only the order matters for finding the best.
+            ranks = np.argsort(np.argsort(y, kind="stable"), kind="stable")
+            y = ndtri((ranks + 0.5) / len(y))
+        Xc = self.domain.features(cands.astype(np.float64))
+        if self.model == "forest":
+            mean, std = self._forest(X, y, Xc)
+        else:
+            mean, std = self._gp_predict(X, y, Xc)
+        best = float(y.min())
+        z = (best - mean) / std
+        ei = (best - mean) * ndtr(z) + std * np.exp(-0.5 * z * z) / np.sqrt(2 * np.pi)
+        top = np.flatnonzero(ei >= ei.max() * (1 - 1e-9))
+        return tuple(int(v) for v in cands[self._rng.choice(top)])
+
+    def _gp_predict(self, X: np.ndarray, y: np.ndarray, Xc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        from kernelgen.tune.gp import GaussianProcess
+
         if self._gp is None:
             self._gp = GaussianProcess(X.shape[1])
         n = len(y)
@@ -214,6 +245,14 @@ class BayesSampler(DomainSampler):
         if optimise:
             self._fitted_at = n
         self._gp.fit(X, y, optimise=optimise)
-        ei = self._gp.expected_improvement(self.domain.features(cands.astype(np.float64)), float(y.min()))
-        top = np.flatnonzero(ei >= ei.max() * (1 - 1e-9))
-        return tuple(int(v) for v in cands[self._rng.choice(top)])
+        return self._gp.predict(Xc)
+
+    def _forest(self, X: np.ndarray, y: np.ndarray, Xc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        from sklearn.ensemble import ExtraTreesRegressor
+
+        forest = ExtraTreesRegressor(n_estimators=self.trees, min_samples_leaf=self.leaf, bootstrap=True,
+                                     max_features=self.max_features,
+                                     random_state=int(self._rng.integers(2**31)))
+        forest.fit(X, y)
+        per_tree = np.stack([t.predict(Xc) for t in forest.estimators_])
+        return per_tree.mean(axis=0), np.maximum(per_tree.std(axis=0), 1e-6)

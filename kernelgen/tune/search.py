@@ -28,6 +28,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 ATTR_MEASUREMENT = "kg_measurement"
 DEFAULT_SAMPLER = "bo"  # what "auto" means; chosen by replaying recorded landscapes (benchmarks/bench_search.py)
+PENALISE_FAILURES = True
 SAMPLERS: tuple[str, ...] = ("auto", "bo", "random", "tpe", "cmaes", "qmc", "exhaustive")
 
 
@@ -97,7 +98,13 @@ class Searcher:
                 warnings.simplefilter("ignore")
                 self.study.set_metric_names([objective_name])
         self._pending: dict[Config, Trial] = {}
+        self._penalise_failures = PENALISE_FAILURES and isinstance(self._sampler, ProjectedSampler)
         self._enqueue(warm_start)
+
+    def _penalty(self) -> float:
+        worst = [t.value for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                 if t.user_attrs.get(ATTR_STATUS) == "ok"]
+        return 2.0 * max(worst) if worst else 1e3
 
     def _enqueue(self, configs: Sequence[Config]) -> None:
         hist = History.of(self.study, self.domain)
@@ -118,12 +125,13 @@ class Searcher:
         for _ in range(16):
             hist = self._history()
             size = self.domain.size
-            if size is not None and len(hist.seen) >= size:
+            if size is not None and len(hist.seen) >= size and not hist.waiting:
                 return None
             trial = self.study.ask(distributions(self.domain))
             row = tuple(int(trial.params[name]) for name in self.domain.names)
             config = self.domain.decode(row)
-            if row in hist.seen or not self.space.is_valid(config):
+            taken = History.of(self.study, self.domain, exclude=trial.number).seen
+            if row in taken or not self.space.is_valid(config):
                 # A warm start another worker took meanwhile, or nothing unseen was left to propose.
                 trial.set_user_attr(ATTR_SKIPPED, True)
                 self.study.tell(trial, state=TrialState.FAIL)
@@ -142,6 +150,8 @@ class Searcher:
         if measurement.ok:
             assert measurement.time is not None
             self.study.tell(trial, measurement.time.median)
+        elif self._penalise_failures:
+            self.study.tell(trial, self._penalty())
         else:
             # FAIL keeps the study honest (dashboard, best trial); kernelgen's samplers read the status and
             # treat the config as the worst time seen, so failing regions are avoided.
