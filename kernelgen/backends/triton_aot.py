@@ -33,6 +33,7 @@ from kernelgen.values import Config, Source, content_hash
 _VERSION = "3"  # bump when the report's recipe changes
 _DEFAULT_LIMITS = {"warp_size": 32, "max_threads": 1024, "shared_memory": 49152, "registers": 65536}
 JOB_TIMEOUT = 60  # seconds per kernel in the compiler subprocess; a compile that hangs counts as failing
+_TIMED_OUT = "ahead-of-time compile timed out:"
 _MAX_REGS = {"cuda": 255, "hip": 512}  # per thread: CUDA registers, AMD VGPRs (arch + accumulation)
 
 
@@ -149,9 +150,12 @@ def aot_results(sources: Sequence[Source], target: Target) -> list[ResourceRepor
     if todo:
         jobs = [_job(s) for s in todo.values()]
         for key, raw in zip(todo, _run_jobs(jobs, spec)):
+            if isinstance(raw, dict) and "toolchain" in raw:
+                raise ToolchainUnavailableError(str(raw["toolchain"]))
             result: ResourceReport | str = ResourceReport.from_json(raw) if isinstance(raw, dict) else str(raw)
             results[key] = result
-            _write_cached(key, result)
+            if not (isinstance(result, str) and result.startswith(_TIMED_OUT)):  # a loaded machine may finish next time
+                _write_cached(key, result)
     with _memo_lock:
         _memo.update(results)
     return [results[k] for k in keys]
@@ -176,7 +180,7 @@ def _write_cached(key: str, result: ResourceReport | str) -> None:
 
 def _run_jobs(jobs: list[dict[str, Any]], spec: dict[str, Any]) -> list[dict[str, Any] | str]:
     if _compiles_here():
-        return [compile_job(job, spec) for job in jobs]
+        return [_safe_compile(job, spec) for job in jobs]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9's default, stated to silence its warning
     request = json.dumps({"target": spec, "jobs": jobs})
@@ -185,8 +189,8 @@ def _run_jobs(jobs: list[dict[str, Any]], spec: dict[str, Any]) -> list[dict[str
                               capture_output=True, text=True, env=env, timeout=JOB_TIMEOUT * (1 + len(jobs)))
     except subprocess.TimeoutExpired:
         if len(jobs) == 1:
-            return [f"ahead-of-time compile of {jobs[0]['path']} for {spec['arch']} took over "
-                    f"{2 * JOB_TIMEOUT} s; treated as not compiling"]
+            return [f"{_TIMED_OUT} {jobs[0]['path']} for {spec['arch']} took over {2 * JOB_TIMEOUT} s; "
+                    "treated as not compiling"]
         return [r for job in jobs for r in _run_jobs([job], spec)]  # find the slow one, keep the rest
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
@@ -315,15 +319,20 @@ def gpu_space(params: Sequence[Param], constraints: Sequence[Constraint], candid
     return SearchSpace(params, [*constraints, *aot], default=default)
 
 
+def _safe_compile(job: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any] | str:
+    """``compile_job`` with every failure as data: an error string, or ``{"toolchain": why}`` when a tool
+    is missing (which must not be cached as "this kernel does not compile")."""
+    try:
+        return compile_job(job, spec)
+    except ToolchainUnavailableError as exc:
+        return {"toolchain": str(exc)}
+    except Exception as exc:  # report, keep compiling the others
+        return " ".join(f"{type(exc).__name__}: {exc}".split())[:600]
+
+
 def _main() -> None:
     request = json.loads(sys.stdin.read())
-    out = []
-    for job in request["jobs"]:
-        try:
-            out.append(compile_job(job, request["target"]))
-        except Exception as exc:  # report, keep compiling the others
-            out.append(f"{type(exc).__name__}: {exc}")
-    print(json.dumps(out))
+    print(json.dumps([_safe_compile(job, request["target"]) for job in request["jobs"]]))
 
 
 if __name__ == "__main__":
