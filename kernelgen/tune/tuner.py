@@ -12,8 +12,6 @@ finished, so a rerun does zero measurements.
 from __future__ import annotations
 
 import math
-import statistics
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,26 +22,13 @@ from kernelgen.implementation import Implementation
 from kernelgen.ir import Graph
 from kernelgen.target import Target
 from kernelgen.tune.measure import TimingPolicy
-from kernelgen.values import Config, FrozenMap, Measurement, Provenance, Status, TimeStats, TuningRecord
+from kernelgen.tune.trial_loop import (CONFIRM_PREFIX, CONFIRM_ROUNDS, FunctionMeasurer, SearchState, TrialEvent,
+                                       confirm, is_confirmation, pick_winner, run_workers)
+from kernelgen.values import Config, FrozenMap, Measurement, Provenance, TimeStats, TuningRecord
 
-CONFIRM_PREFIX = "confirmed"
 CONFIRM_TOP = 3  # configs re-measured before the best is declared
-CONFIRM_ROUNDS = 3  # interleaved rounds: slow drifts of a noisy machine hit every candidate alike
-TIE_TOLERANCE = 0.01  # confirmed times this close are a tie, broken by the config's canonical key
 DEFAULT_TRIALS = 40  # when neither trials nor seconds is given
 NEAREST_LIMIT = 5
-
-
-@dataclass(frozen=True)
-class TrialEvent:
-    """What ``on_trial`` receives after each trial: the record, whether it was measured now, progress."""
-
-    record: TuningRecord
-    measured: bool  # False when told to the search from the database
-    phase: str  # "search" or "confirm"
-    done: int  # trials of this implementation so far (earlier runs included)
-    budget: int | None
-    best: float | None  # best median seconds of this implementation so far
 
 
 @dataclass
@@ -90,10 +75,6 @@ class TuneResult:
             "statuses": _status_counts(self.search_trials), "stop_reasons": self.stop_reasons,
             "seconds": self.seconds,
         }
-
-
-def is_confirmation(record: TuningRecord) -> bool:
-    return record.measurement.message.startswith(CONFIRM_PREFIX)
 
 
 def _status_counts(records: Sequence[TuningRecord]) -> dict[str, int]:
@@ -270,7 +251,7 @@ def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Ta
                       implementation_hash=recorder.fields["implementation_hash"])
     confirmations = [r for r in prior if is_confirmation(r)]
     if confirmations and not opts.retune:
-        return _Outcome(prior, 0, "already tuned", _pick_winner(confirmations))
+        return _Outcome(prior, 0, "already tuned", pick_winner(confirmations))
     space = impl.space(target)
     known: dict[Config, TuningRecord] = {}
     for r in prior:
@@ -282,12 +263,13 @@ def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Ta
                            signature=graph.signature, implementation=impl.name, limit=NEAREST_LIMIT):
         if near.config not in warm and space.is_valid(near.config):
             warm.append(near.config)
-    state = _SearchState(known, opts)
+    state = SearchState(known, trials=opts.trials, seconds=opts.seconds, patience=opts.patience,
+                        on_trial=opts.on_trial)
     storage = db.optuna_storage_url
     make_measurer = _measurer_factory(impl, opts)
     searcher_args = dict(sampler=opts.sampler, storage=storage, study_name=study_name(graph, impl, target),
                          warm_start=warm)
-    _run_workers(space, state, recorder, make_measurer, searcher_args, opts)
+    run_workers(space, state, recorder.commit, make_measurer, searcher_args, workers=opts.workers, seed=opts.seed)
     records = list(prior) + state.new_records
     measured = len(state.new_records)
     ok = sorted((r for r in records if r.measurement.ok and not is_confirmation(r)), key=_speed_key)
@@ -305,184 +287,8 @@ def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Ta
             confirmed = confirm(chosen, measurer.measure, recorder.commit, state)
         records.extend(confirmed)
         measured += len(chosen) * CONFIRM_ROUNDS
-        winner = _pick_winner([r for r in confirmed if r.config in top[:CONFIRM_TOP]])
+        winner = pick_winner([r for r in confirmed if r.config in top[:CONFIRM_TOP]])
     return _Outcome(records, measured, state.stop_reason, winner)
-
-
-class _SearchState:
-    """Budgets, progress and new records of one implementation's search, shared by its worker threads."""
-
-    def __init__(self, known: dict[Config, TuningRecord], opts: _Options) -> None:
-        self.lock = threading.Lock()
-        self.known, self.opts = known, opts
-        self.done = len(known)  # configs measured for this key, earlier runs included
-        self.reserved = 0
-        self.start = time.monotonic()
-        times = [r.measurement.time.median for r in known.values() if r.measurement.time is not None]
-        self.best: float | None = min(times) if times else None
-        self.since_best = 0
-        self.new_records: list[TuningRecord] = []
-        self.stop_reason = ""
-        self.interrupted = threading.Event()
-
-    def take_slot(self) -> bool:
-        """Reserve one trial of the budget; False (and the reason recorded) once a budget is spent."""
-        o = self.opts
-        with self.lock:
-            if self.stop_reason or self.interrupted.is_set():
-                return False
-            if o.trials is not None and self.done + self.reserved >= o.trials:
-                self.stop_reason = "trials"
-            elif o.seconds is not None and time.monotonic() - self.start >= o.seconds:
-                self.stop_reason = "seconds"
-            elif o.patience is not None and self.since_best >= o.patience:
-                self.stop_reason = "patience"
-            else:
-                self.reserved += 1
-                return True
-            return False
-
-    def finish(self, reason: str) -> None:
-        with self.lock:
-            self.reserved -= 1
-            self.stop_reason = self.stop_reason or reason
-
-    def report(self, record: TuningRecord, *, measured: bool, phase: str = "search") -> None:
-        with self.lock:
-            if phase == "search":
-                self.reserved -= 1
-                if measured:
-                    self.done += 1
-                    self.new_records.append(record)
-                t = record.measurement.time
-                if t is not None and (self.best is None or t.median < self.best):
-                    self.best, self.since_best = t.median, 0
-                else:
-                    self.since_best += 1
-            event = TrialEvent(record, measured, phase, self.done, self.opts.trials, self.best)
-        if self.opts.on_trial is not None:
-            self.opts.on_trial(event)
-
-
-def _searcher_class() -> type:
-    """``Searcher``, or a shim when this kernelgen's ``Searcher.ask`` drops enqueued warm starts.
-
-    The first ``Searcher`` computed its history before popping the enqueued trial, so it saw every warm start
-    as taken and skipped it. Probed once on a small in-memory study; the shim is unused once fixed.
-    """
-    global _SEARCHER
-    if _SEARCHER is not None:
-        return _SEARCHER
-    from kernelgen.space import Param, SearchSpace
-    from kernelgen.tune import samplers
-    from kernelgen.tune.search import Searcher
-
-    warm = [Config(p=37), Config(p=5)]
-    probe = Searcher(SearchSpace([Param("p", tuple(range(64)))]), sampler="random", seed=0, warm_start=warm)
-    if [probe.ask(), probe.ask()] == warm:
-        _SEARCHER = Searcher
-        return Searcher
-
-    class WarmStartSearcher(Searcher):
-        def ask(self) -> Config | None:
-            for _ in range(16):
-                trial = self.study.ask(samplers.distributions(self.domain))
-                hist = samplers.History.of(self.study, self.domain, exclude=trial.number)
-                row = tuple(int(trial.params[name]) for name in self.domain.names)
-                config = self.domain.decode(row)
-                exhausted = self.domain.size is not None and len(hist.seen) >= self.domain.size
-                if exhausted or row in hist.seen or not self.space.is_valid(config):
-                    trial.set_user_attr(samplers.ATTR_SKIPPED, True)
-                    self.study.tell(trial, state=samplers.TrialState.FAIL)
-                    if exhausted:
-                        return None
-                    continue
-                trial.set_user_attr("config", config.to_json())
-                self._pending[config] = trial
-                return config
-            return None
-
-    _SEARCHER = WarmStartSearcher
-    return WarmStartSearcher
-
-
-_SEARCHER: type | None = None
-
-
-def _search_worker(searcher: Any, lock: threading.Lock, state: _SearchState, recorder: _Recorder,
-                   make_measurer: Callable[[], Any], measurers: list[Any]) -> None:
-    """One measuring thread. The searcher is shared and serialised by ``lock``; measuring runs in parallel."""
-    with make_measurer() as measurer:
-        measurers.append(measurer)
-        while state.take_slot():
-            with lock:
-                config = searcher.ask()
-                earlier = None if config is None else state.known.get(config)
-                if earlier is not None:  # measured by an earlier run: tell it, do not measure it again
-                    searcher.tell(config, earlier.measurement)
-            if config is None:
-                state.finish("exhausted")
-                return
-            if earlier is not None:
-                state.report(earlier, measured=False)
-                continue
-            try:
-                measurement = measurer.measure(config)
-            except BaseException:
-                with lock:
-                    searcher.abandon(config)
-                state.finish("interrupted")
-                raise
-            if state.interrupted.is_set():  # the worker was killed under us: not a real result
-                with lock:
-                    searcher.abandon(config)
-                state.finish("interrupted")
-                return
-            record = recorder.commit(measurement)  # commit before tell: a kill in between loses nothing
-            with lock:
-                searcher.tell(config, measurement)
-            state.report(record, measured=True)
-
-
-def _run_workers(space: Any, state: _SearchState, recorder: _Recorder, make_measurer: Callable[[], Any],
-                 searcher_args: dict[str, Any], opts: _Options) -> None:
-    """Search with ``opts.workers`` measuring threads (each with its own worker process) on one study.
-
-    Local threads share one Searcher: Optuna's hand-out of enqueued trials is not atomic on SQLite, so
-    separate Searchers in one process could measure a warm start twice. Other processes and hosts join
-    the same study through its storage URL.
-    """
-    measurers: list[Any] = []
-    lock = threading.Lock()
-    searcher = _searcher_class()(space, seed=opts.seed, **searcher_args)
-    if opts.workers == 1:
-        _search_worker(searcher, lock, state, recorder, make_measurer, measurers)
-        return
-    errors: list[BaseException] = []
-
-    def body() -> None:
-        try:
-            _search_worker(searcher, lock, state, recorder, make_measurer, measurers)
-        except BaseException as exc:
-            errors.append(exc)
-            state.interrupted.set()
-
-    threads = [threading.Thread(target=body, daemon=True, name=f"kernelgen-tune-{i}") for i in range(opts.workers)]
-    for t in threads:
-        t.start()
-    try:
-        for t in threads:
-            while t.is_alive():
-                t.join(0.2)
-    except KeyboardInterrupt:
-        state.interrupted.set()
-        for m in list(measurers):
-            m.kill()  # unblocks threads waiting on a worker; their results are discarded
-        for t in threads:
-            t.join(10)
-        raise
-    if errors:
-        raise errors[0]
 
 
 def _measurer_factory(impl: Implementation, opts: _Options) -> Callable[[], Any]:
@@ -490,78 +296,10 @@ def _measurer_factory(impl: Implementation, opts: _Options) -> Callable[[], Any]
 
     seed = 0  # inputs: the same for every config and every run, so results compare
     if opts.measure is not None:
-        return lambda: _FunctionMeasurer(impl, opts.measure)  # type: ignore[arg-type]
+        return lambda: FunctionMeasurer(impl, opts.measure)  # type: ignore[arg-type]
     if opts.isolate:
         return lambda: IsolatedMeasurer(impl, seed=seed, policy=opts.policy, timeout=opts.timeout)
     return lambda: InProcessMeasurer(impl, seed=seed, policy=opts.policy)
-
-
-class _FunctionMeasurer:
-    """An injected ``measure(impl, config)`` behind the measurer interface."""
-
-    def __init__(self, impl: Implementation, fn: Callable[[Implementation, Config], Measurement]) -> None:
-        self.impl, self.fn = impl, fn
-
-    def measure(self, config: Config) -> Measurement:
-        return self.fn(self.impl, config)
-
-    def kill(self) -> None:
-        pass
-
-    def __enter__(self) -> "_FunctionMeasurer":
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        pass
-
-
-def confirm(configs: Sequence[Config], measure: Callable[[Config], Measurement],
-            commit: Callable[[Measurement], TuningRecord], state: Any = None,
-            rounds: int = CONFIRM_ROUNDS) -> list[TuningRecord]:
-    """Re-measure ``configs`` in ``rounds`` interleaved rounds (rotating the order) and commit one
-    confirmation record each: the median of its round medians. A config failing any round is dropped.
-    """
-    samples: dict[Config, list[TimeStats]] = {c: [] for c in configs}
-    failed: set[Config] = set()
-    threads: dict[Config, int | None] = {}
-    for k in range(rounds):
-        order = list(configs[k % len(configs):]) + list(configs[:k % len(configs)]) if configs else []
-        for config in order:
-            if config in failed:
-                continue
-            m = measure(config)
-            threads[config] = m.threads
-            if m.ok and m.time is not None:
-                samples[config].append(m.time)
-            else:
-                failed.add(config)
-    out = []
-    for config in configs:
-        if config in failed or not samples[config]:
-            continue
-        meds = [s.median for s in samples[config]]
-        score = statistics.median(meds)
-        stats = TimeStats(median=score, min=min(s.min for s in samples[config]),
-                          spread=(max(meds) - min(meds)) / score if score > 0 else 0.0,
-                          repeats=sum(s.repeats for s in samples[config]))
-        message = (f"{CONFIRM_PREFIX}: median of {len(meds)} interleaved re-measurements of the top "
-                   f"{len(configs)} configs")
-        record = commit(Measurement(config=config, status=Status.OK, time=stats, message=message,
-                                    threads=threads.get(config)))
-        out.append(record)
-        if state is not None:
-            state.report(record, measured=True, phase="confirm")
-    return out
-
-
-def _pick_winner(records: Sequence[TuningRecord]) -> TuningRecord | None:
-    """The fastest confirmed record; times within TIE_TOLERANCE tie and the smallest config key wins."""
-    ok = [r for r in records if r.measurement.ok]
-    if not ok:
-        return None
-    fastest = min(r.measurement.time.median for r in ok)  # type: ignore[union-attr]
-    tied = [r for r in ok if r.measurement.time.median <= fastest * (1 + TIE_TOLERANCE)]  # type: ignore[union-attr]
-    return min(tied, key=lambda r: (r.config.key(), r.measurement.time.median, r.record_id))  # type: ignore[union-attr]
 
 
 def tune_workload(workload: Any, *, db: Any = None, trials: int | None = None, seconds: float | None = None,
