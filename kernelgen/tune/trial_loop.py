@@ -65,7 +65,8 @@ class SearchState:
                 return False
             if o.trials is not None and self.done + self.reserved >= o.trials:
                 self.stop_reason = "trials"
-            elif o.seconds is not None and time.monotonic() - self.start >= o.seconds:
+            elif o.seconds is not None and time.monotonic() - self.start >= o.seconds and self.done + self.reserved:
+                # A time budget stops the search only after its first trial: every run yields a result.
                 self.stop_reason = "seconds"
             elif o.patience is not None and self.since_best >= o.patience:
                 self.stop_reason = "patience"
@@ -188,6 +189,7 @@ def run_workers(space: Any, state: SearchState, commit: Callable[[Measurement], 
     measurers: list[Any] = []
     lock = threading.Lock()
     searcher = searcher_class()(space, seed=seed, **searcher_args)
+    state.start = time.monotonic()  # opening the study is not search time
     if workers == 1:
         _search_worker(searcher, lock, state, commit, make_measurer, measurers)
         return

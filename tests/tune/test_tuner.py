@@ -108,3 +108,20 @@ def test_run_completes_through_crash_hang_garbage_and_compile_error(db) -> None:
     assert status == {"ok": Status.OK, "segv": Status.RUNTIME_ERROR, "hang": Status.TIMEOUT,
                       "garbage": Status.WRONG_RESULT, "syntax": Status.COMPILE_ERROR}
     assert result.best is not None and result.best.config["mode"] == "ok"
+
+
+def test_patience_and_seconds_budgets_stop_the_search(db, tmp_path) -> None:
+    flat = CountingMeasurer(fail=lambda c: c != Config(a=1, b=1, c=1))  # nothing ever beats the default
+    result = _tune(db, relu_add_graph(), flat, patience=3)
+    assert result.stop_reasons == {"landscape": "patience"} and len(result.search_trials) == 1 + 3
+
+    import time as _time
+
+    def slow(impl, config):
+        _time.sleep(0.05)
+        return CountingMeasurer()(impl, config)
+
+    with open_db(f"sqlite:///{tmp_path / 'seconds.sqlite'}") as other:
+        timed = tune_graph(relu_add_graph(), db=other, implementations=[LandscapeImpl(relu_add_graph())],
+                           measure=slow, seconds=0.3, seed=1)
+    assert timed.stop_reasons == {"landscape": "seconds"} and 1 <= len(timed.search_trials) < 100
