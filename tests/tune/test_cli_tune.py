@@ -54,6 +54,9 @@ BAD_MANIFESTS = {
     "zero_trials": (GOOD + "trials = 0\n", "trials=0 is impossible"),
     "negative_seconds": (GOOD + "seconds = -1.0\n", "seconds=-1.0 is impossible"),
     "bad_dtype": (GOOD.replace('"float32"}, {', '"float99"}, {', 1), "float99"),
+    "wrong_template": (GOOD + 'template = "gemm"\n', "template 'gemm' does not implement"),
+    "unknown_sampler": (GOOD + 'sampler = "oracle"\n', "unknown sampler 'oracle'"),
+    "no_workloads": ("[defaults]\ntrials = 3\n", "no workloads"),
 }
 
 
