@@ -179,30 +179,27 @@ def failure_fill(values: np.ndarray) -> np.ndarray:
 
 
 class BayesSampler(DomainSampler):
-    """Bayesian optimisation over the valid set: a GP on log-time, expected improvement over unseen configs.
+    """Bayesian optimisation over the valid set: a GP on ranked times, expected improvement over unseen configs.
 
-    ``n_init`` random configs first; then each proposal maximises expected improvement over every valid
-    unseen config (or a random sample plus the neighbours of the best ones when the space is too large to
-    enumerate). Parameters are ranks scaled to [0, 1]. Failed configs count as the worst time seen, so the
-    model steers away from regions that fail to compile or launch.
+    ``n_init`` random configs first; then each proposal maximises expected improvement over the valid
+    unseen configs (all of them, or ``max_candidates`` random ones plus every unseen neighbour of the five
+    best when there are more or the space is too large to enumerate). Parameters are ranks scaled to
+    [0, 1], a log scale for powers of two. Failed configs count as the worst time seen, so the model steers
+    away from regions that fail to compile or launch.
     """
 
-    def __init__(self, domain: Domain, seed: int | None = None, n_init: int = 10, explore: float = 0.0,
-                 rank_targets: bool = True, model: str = "gp", trees: int = 48, leaf: int = 1,
-                 max_features: float = 1.0, max_candidates: int = 2048) -> None:
+    def __init__(self, domain: Domain, seed: int | None = None, n_init: int = 10,
+                 max_candidates: int = 2048) -> None:
         super().__init__(domain, seed)
-        self.model, self.trees, self.leaf, self.max_features = model, trees, leaf, max_features
         self.n_init = n_init
         self.max_candidates = max_candidates
-        self.explore = explore
-        self.rank_targets = rank_targets
         self._gp = None
         self._fitted_at = 0
 
     def propose(self, study: Study, trial: FrozenTrial, hist: History) -> Index | None:
         values = np.asarray(hist.values, dtype=np.float64)
         n_ok = int(np.count_nonzero(~np.isnan(values)))
-        if len(values) < self.n_init or n_ok < 2 or self._rng.random() < self.explore:
+        if len(values) < self.n_init or n_ok < 2:
             return self.random_unseen(hist)
         cands = self.domain.unseen(hist.seen, self._rng)
         if len(cands) > self.max_candidates or not self.domain.enumerated:
@@ -217,24 +214,19 @@ class BayesSampler(DomainSampler):
         if len(cands) == 0:
             return None
         X = self.domain.features(np.array(hist.rows, dtype=np.float64))
+        # Normal scores of the ranks: run times are heavy-tailed (a bad tile is 10x slower) and a GP fits
+        # ranks far better than raw cliffs; only the order matters for finding the best.
         y = failure_fill(values)
-        if self.rank_targets:
-            # Normal scores of the ranks: run times are heavy-tailed (a bad tile is 10x slower), and a
-            # model fits ranks far better than the raw cliffs; only the order matters for finding the best.
-            ranks = np.argsort(np.argsort(y, kind="stable"), kind="stable")
-            y = ndtri((ranks + 0.5) / len(y))
-        Xc = self.domain.features(cands.astype(np.float64))
-        if self.model == "forest":
-            mean, std = self._forest(X, y, Xc)
-        else:
-            mean, std = self._gp_predict(X, y, Xc)
+        ranks = np.argsort(np.argsort(y, kind="stable"), kind="stable")
+        y = ndtri((ranks + 0.5) / len(y))
+        mean, std = self._predict(X, y, self.domain.features(cands.astype(np.float64)))
         best = float(y.min())
         z = (best - mean) / std
         ei = (best - mean) * ndtr(z) + std * np.exp(-0.5 * z * z) / np.sqrt(2 * np.pi)
         top = np.flatnonzero(ei >= ei.max() * (1 - 1e-9))
         return tuple(int(v) for v in cands[self._rng.choice(top)])
 
-    def _gp_predict(self, X: np.ndarray, y: np.ndarray, Xc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _predict(self, X: np.ndarray, y: np.ndarray, Xc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         from kernelgen.tune.gp import GaussianProcess
 
         if self._gp is None:
@@ -246,13 +238,3 @@ class BayesSampler(DomainSampler):
             self._fitted_at = n
         self._gp.fit(X, y, optimise=optimise)
         return self._gp.predict(Xc)
-
-    def _forest(self, X: np.ndarray, y: np.ndarray, Xc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        from sklearn.ensemble import ExtraTreesRegressor
-
-        forest = ExtraTreesRegressor(n_estimators=self.trees, min_samples_leaf=self.leaf, bootstrap=True,
-                                     max_features=self.max_features,
-                                     random_state=int(self._rng.integers(2**31)))
-        forest.fit(X, y)
-        per_tree = np.stack([t.predict(Xc) for t in forest.estimators_])
-        return per_tree.mean(axis=0), np.maximum(per_tree.std(axis=0), 1e-6)

@@ -28,7 +28,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 ATTR_MEASUREMENT = "kg_measurement"
 DEFAULT_SAMPLER = "bo"  # what "auto" means; chosen by replaying recorded landscapes (benchmarks/bench_search.py)
-PENALISE_FAILURES = True
+PENALISE_FAILURES = True  # how failures reach Optuna's samplers (tpe, cmaes, qmc); see Searcher.tell
 SAMPLERS: tuple[str, ...] = ("auto", "bo", "random", "tpe", "cmaes", "qmc", "exhaustive")
 
 
@@ -151,6 +151,8 @@ class Searcher:
             assert measurement.time is not None
             self.study.tell(trial, measurement.time.median)
         elif self._penalise_failures:
+            # Optuna's own samplers skip FAIL trials and would keep proposing the failing region: they are
+            # told twice the worst time instead (the status stays in the user attributes).
             self.study.tell(trial, self._penalty())
         else:
             # FAIL keeps the study honest (dashboard, best trial); kernelgen's samplers read the status and
