@@ -68,14 +68,19 @@ extern "C" void triad(float* __restrict a, const float* __restrict b, const floa
 """
 
 
-def triad_bandwidth(n: int, reps: int) -> float:
-    """Bytes per second of a = b + s*c over n floats (3 arrays counted, as STREAM does)."""
+def make_triad(n: int) -> Callable[[], None]:
+    """a = b + s*c over n floats (3 arrays of 4n bytes count as moved, as STREAM counts them)."""
     import ctypes
 
     lib = ctypes.CDLL(str(build_shared_library(_TRIAD, name="triad")))
     lib.triad.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
     a, b, c = torch.zeros(n), torch.ones(n), torch.ones(n)
-    run = lambda: lib.triad(a.data_ptr(), b.data_ptr(), c.data_ptr(), n, default_threads())  # noqa: E731
+    return lambda: lib.triad(a.data_ptr(), b.data_ptr(), c.data_ptr(), n, default_threads())
+
+
+def triad_bandwidth(n: int, reps: int) -> float:
+    """Bytes per second of the triad, median of ``reps`` runs."""
+    run = make_triad(n)
     run()
     samples = []
     for _ in range(reps):
@@ -91,7 +96,7 @@ def min_bytes(inputs: tuple, outputs: Any) -> int:
 
 
 def bench_row(name: str, fn: Callable, inputs: tuple, family: str, reps: int, use_compile: bool,
-              bandwidth: float) -> dict[str, Any]:
+              triad: Callable[[], None]) -> dict[str, Any]:
     row: dict[str, Any] = {"workload": name}
     expected = fn(*inputs)
     compiled = kg_compile(fn, backend="cpp")
@@ -109,6 +114,7 @@ def bench_row(name: str, fn: Callable, inputs: tuple, family: str, reps: int, us
         "kg_out": lambda: compiled(*inputs, out=out),
         "kg_e2e": lambda: compiled(*inputs),
         "eager": lambda: fn(*inputs),
+        "triad": triad,  # interleaved too, so the floor sees the same machine load as the kernels
     }
     if use_compile:
         try:
@@ -128,7 +134,8 @@ def bench_row(name: str, fn: Callable, inputs: tuple, family: str, reps: int, us
     for key, values in samples.items():
         row[key] = statistics.median(values)
     if family in ("pointwise", "reduction"):
-        row["floor"] = min_bytes(inputs, expected) / bandwidth
+        row["bandwidth"] = 3 * 4 * R * N / row["triad"]
+        row["floor"] = min_bytes(inputs, expected) / row["bandwidth"]
     row["config"] = info["config"]
     return row
 
@@ -139,7 +146,7 @@ def _ms(value: float | None) -> str:
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     head = (f"{'workload':28} {'floor':>8} {'kg out=':>8} {'%floor':>6} {'kg e2e':>8} {'eager':>8} {'compile':>8}"
-            f" {'eager/kg':>8} {'comp/kg':>8}")
+            f" {'eager/kg':>8} {'comp/kg':>8} {'GB/s':>6}")
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -150,10 +157,12 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         pct = f"{100 * floor / out:5.0f}%" if floor else "     -"
         comp = r.get("compile")
         print(f"{r['workload']:28} {_ms(floor)} {_ms(out)} {pct} {_ms(e2e)} {_ms(r['eager'])} {_ms(comp)}"
-              f" {r['eager'] / e2e:8.2f} {(comp / e2e if comp else float('nan')):8.2f}")
+              f" {r['eager'] / e2e:8.2f} {(comp / e2e if comp else float('nan')):8.2f}"
+              f" {r.get('bandwidth', 0) / 1e9:6.2f}")
         if "compile_error" in r:
             print(f"{'':28} torch.compile failed: {r['compile_error']}")
-    print("times in ms (medians); %floor = floor / kernel-only time; ratios > 1 mean kernelgen (e2e) is faster")
+    print("times in ms (medians); floor = minimal bytes / triad bandwidth of the same row's rounds (GB/s column);\n"
+          "%floor = floor / kernel-only time; ratios > 1 mean kernelgen (end to end) is faster")
 
 
 def main() -> None:
@@ -165,8 +174,8 @@ def main() -> None:
     args = parser.parse_args()
     print(f"threads={default_threads()} torch threads={torch.get_num_threads()} "
           f"load average before={os.getloadavg()[0]:.2f}")
-    bandwidth = triad_bandwidth(R * N, max(args.reps, 10))
-    print(f"STREAM-like triad: {bandwidth / 1e9:.2f} GB/s")
+    print(f"STREAM-like triad: {triad_bandwidth(R * N, max(args.reps, 10)) / 1e9:.2f} GB/s")
+    triad = make_triad(R * N)
     rows = []
     for name, fn, make, family in workloads():
         if args.only and not any(s in name for s in args.only.split(",")):
@@ -174,7 +183,7 @@ def main() -> None:
         if family in ("gemm", "attention") and importlib.util.find_spec(f"kernelgen.templates.{family}_cpp") is None:
             rows.append({"workload": name, "note": f"skipped: kernelgen/templates/{family}_cpp.py not available yet"})
             continue
-        rows.append(bench_row(name, fn, make(), family, args.reps, not args.no_torch_compile, bandwidth))
+        rows.append(bench_row(name, fn, make(), family, args.reps, not args.no_torch_compile, triad))
     print(f"triad after: {triad_bandwidth(R * N, 10) / 1e9:.2f} GB/s; load average after={os.getloadavg()[0]:.2f}")
     print_table(rows)
     if args.json:
