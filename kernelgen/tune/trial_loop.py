@@ -97,51 +97,6 @@ class SearchState:
             self.on_trial(event)
 
 
-def searcher_class() -> type:
-    """``Searcher``, or a shim when this kernelgen's ``Searcher.ask`` drops enqueued warm starts.
-
-    The first ``Searcher`` computed its history before popping the enqueued trial, so it saw every warm start
-    as taken and skipped it. Probed once on a small in-memory study; the shim is unused once fixed.
-    """
-    global _SEARCHER
-    if _SEARCHER is not None:
-        return _SEARCHER
-    from kernelgen.space import Param, SearchSpace
-    from kernelgen.tune import samplers
-    from kernelgen.tune.search import Searcher
-
-    warm = [Config(p=37), Config(p=5)]
-    probe = Searcher(SearchSpace([Param("p", tuple(range(64)))]), sampler="random", seed=0, warm_start=warm)
-    if [probe.ask(), probe.ask()] == warm:
-        _SEARCHER = Searcher
-        return Searcher
-
-    class WarmStartSearcher(Searcher):
-        def ask(self) -> Config | None:
-            for _ in range(16):
-                trial = self.study.ask(samplers.distributions(self.domain))
-                hist = samplers.History.of(self.study, self.domain, exclude=trial.number)
-                row = tuple(int(trial.params[name]) for name in self.domain.names)
-                config = self.domain.decode(row)
-                exhausted = self.domain.size is not None and len(hist.seen) >= self.domain.size
-                if exhausted or row in hist.seen or not self.space.is_valid(config):
-                    trial.set_user_attr(samplers.ATTR_SKIPPED, True)
-                    self.study.tell(trial, state=samplers.TrialState.FAIL)
-                    if exhausted:
-                        return None
-                    continue
-                trial.set_user_attr("config", config.to_json())
-                self._pending[config] = trial
-                return config
-            return None
-
-    _SEARCHER = WarmStartSearcher
-    return WarmStartSearcher
-
-
-_SEARCHER: type | None = None
-
-
 def _search_worker(searcher: Any, lock: threading.Lock, state: SearchState, commit: Callable[[Measurement], TuningRecord],
                    make_measurer: Callable[[], Any], measurers: list[Any]) -> None:
     """One measuring thread. The searcher is shared and serialised by ``lock``; measuring runs in parallel."""
@@ -188,7 +143,9 @@ def run_workers(space: Any, state: SearchState, commit: Callable[[Measurement], 
     """
     measurers: list[Any] = []
     lock = threading.Lock()
-    searcher = searcher_class()(space, seed=seed, **searcher_args)
+    from kernelgen.tune.search import Searcher
+
+    searcher = Searcher(space, seed=seed, **searcher_args)
     state.start = time.monotonic()  # opening the study is not search time
     if workers == 1:
         _search_worker(searcher, lock, state, commit, make_measurer, measurers)
@@ -289,4 +246,4 @@ def pick_winner(records: Sequence[TuningRecord]) -> TuningRecord | None:
 
 
 __all__ = ["CONFIRM_PREFIX", "CONFIRM_ROUNDS", "FunctionMeasurer", "SearchState", "TrialEvent", "confirm",
-           "is_confirmation", "pick_winner", "run_workers", "searcher_class"]
+           "is_confirmation", "pick_winner", "run_workers"]
