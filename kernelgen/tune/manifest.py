@@ -20,13 +20,17 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kernelgen.errors import KernelgenError, ManifestError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, published as tomli before it joined the standard library
+    import tomli as tomllib
 from kernelgen.ir import Graph
 from kernelgen.values import TensorSpec
 
