@@ -21,6 +21,10 @@ pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="n
 TOL = {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.float64: dict(rtol=1e-10, atol=1e-10),
        torch.float16: dict(rtol=3e-3, atol=3e-3), torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
 TARGET = Target.current("cpp")
+# The same machine seen as AVX2 only: on an AVX-512 host this renders (and runs) the ymm micro-kernels too,
+# so both ISAs' code is checked whichever machine CI lands on.
+AVX2_VIEW = Target(**{**TARGET.__dict__, "features": tuple(f for f in TARGET.features if not f.startswith("avx512"))})
+TARGETS = [TARGET] if AVX2_VIEW == TARGET else [TARGET, AVX2_VIEW]
 
 
 def problem_of(fn: Any, *inputs: Any) -> Any:
@@ -30,11 +34,12 @@ def problem_of(fn: Any, *inputs: Any) -> Any:
     return found[1]
 
 
-def check(fn: Any, *inputs: Any, threads: int | None = None, **overrides: Any) -> torch.Tensor:
+def check(fn: Any, *inputs: Any, threads: int | None = None, target: Target = TARGET,
+          **overrides: Any) -> torch.Tensor:
     """Run the kernel (default config with ``overrides``) and compare with the reference and with ``fn``."""
     problem = problem_of(fn, *inputs)
-    config = Config({**gemm_cpp.space(problem, TARGET).default().to_json(), **overrides})
-    kernel = get_backend("cpp").compile(gemm_cpp.render(problem, config, TARGET))
+    config = Config({**gemm_cpp.space(problem, target).default().to_json(), **overrides})
+    kernel = get_backend("cpp").compile(gemm_cpp.render(problem, config, target))
     if threads is not None:
         kernel.num_threads = threads
     spec = problem.graph.output_specs[0]
@@ -57,8 +62,16 @@ def test_default_config_is_valid_and_registers_bound_the_micro_tile() -> None:
     problem = problem_of(lambda a, b: a @ b, randn(64, 64), randn(64, 64))
     space = gemm_cpp.space(problem, TARGET)
     assert space.is_valid(space.default())
-    too_many = Config({**space.default().to_json(), "MR": 8, "NR": 32})  # 32 accumulators > 16 ymm
+    vector_bytes, registers = gemm_cpp.vector_isa(TARGET)
+    lanes = vector_bytes // 4
+    # The widest NR of the space with the most rows: its accumulators alone overflow the register file
+    # (16 ymm with AVX2, 32 zmm with AVX-512), so the constraint must reject it on either ISA.
+    nr = max(n for n in gemm_cpp.NR_CHOICES if n % lanes == 0)
+    mr = max(gemm_cpp.MR_CHOICES)
+    assert mr * nr // lanes > registers, "the space has no tile too large for this register file"
+    too_many = Config({**space.default().to_json(), "MR": mr, "NR": nr})
     assert not space.is_valid(too_many)
+    assert any("vector registers" in v for v in space.violations(too_many))
 
 
 def test_cache_sizes_of_the_target_constrain_blocks() -> None:
@@ -110,18 +123,30 @@ def test_broadcast_weight_batch_folds_into_m() -> None:
 
 # ------------------------------------------------------------------------------------------ correctness
 
+# NR in fp32 vectors ("NRV"): one vector is 8 lanes with AVX2 and 16 with AVX-512.
 CONFIGS = [
     {},  # the default
-    {"MR": 1, "NR": 8, "MC": 24, "NC": 256, "KC": 64},
-    {"MR": 4, "NR": 24, "MC": 48, "NC": 384, "KC": 64, "SCHED": "dynamic"},
-    {"MR": 8, "NR": 8, "MC": 24, "NC": 256, "KC": 128},
+    {"MR": 1, "NRV": 1, "MC": 24, "NC": 256, "KC": 64},
+    {"MR": 4, "NRV": 3, "MC": 48, "NC": 384, "KC": 64, "SCHED": "dynamic"},
+    {"MR": 8, "NRV": 1, "MC": 24, "NC": 256, "KC": 128},
 ]
 
 
+def in_lanes(overrides: dict, target: Target) -> dict:
+    """``overrides`` with NRV (vectors) turned into NR (fp32 lanes) for ``target``'s vector width."""
+    lanes = gemm_cpp.vector_isa(target)[0] // 4
+    out = {k: v for k, v in overrides.items() if k != "NRV"}
+    if "NRV" in overrides:
+        out["NR"] = overrides["NRV"] * lanes
+    return out
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: "avx512" if "avx512f" in t.features else "avx2")
 @pytest.mark.parametrize("overrides", CONFIGS, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()) or "default")
-def test_ragged_sizes_with_several_k_blocks(overrides: dict) -> None:
+def test_ragged_sizes_with_several_k_blocks(overrides: dict, target: Target) -> None:
     # 67x45 is no multiple of any tile; K=200 spans several KC blocks, so partial sums round-trip via memory
-    check(lambda x, w, b: torch.relu(x @ w + b), randn(67, 200), randn(200, 45), randn(45), **overrides)
+    check(lambda x, w, b: torch.relu(x @ w + b), randn(67, 200), randn(200, 45), randn(45), target=target,
+          **in_lanes(overrides, target))
 
 
 @pytest.mark.parametrize("sched", ["static", "dynamic"])
