@@ -192,8 +192,11 @@ class IsolatedMeasurer:
         self.policy = policy or TimingPolicy()
         self.threads = self.policy.resolved_threads()
         self.timeout, self.build_timeout = timeout, build_timeout
+        # sys.path as the parent has it now: a pooled worker started earlier must still import a module
+        # the parent can import (a team's registering module added to the path since).
         self._setup = {"op": "setup", "graph": impl.graph.to_json(), **implementation_spec(impl), "seed": seed,
-                       "policy": {**self.policy.to_json(), "threads": self.threads}}
+                       "policy": {**self.policy.to_json(), "threads": self.threads},
+                       "sys_path": [p for p in sys.path if p]}
         self._key = json.dumps(self._setup, sort_keys=True)
         self._worker: WorkerProcess | None = None
         self.restarts = 0
@@ -325,6 +328,7 @@ class _Session:
         from kernelgen.tune.measure import Bench, TimingPolicy, pin_threads
 
         try:
+            sys.path.extend(p for p in request.get("sys_path", ()) if p not in sys.path)
             policy = TimingPolicy.from_json(request["policy"])
             pin_threads(policy.resolved_threads())
             graph = Graph.from_json(request["graph"])
