@@ -15,7 +15,7 @@ import socket
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, IntEnum
 from typing import Any
 
 SUPPORTED_DTYPES = (
@@ -193,6 +193,27 @@ class Status(str, Enum):
     WRONG_RESULT = "wrong_result"  # ran, but disagreed with the eager reference
 
 
+# Prefixes of Measurement.message that mark re-measurements. They live in the message, so records and
+# shared files keep one format; ``Evidence.of`` reads them.
+CONFIRM_PREFIX = "confirmed"  # re-measured interleaved with the other finalists
+DECLARED_PREFIX = "confirmed best"  # ... and declared the workload's best by the tuner
+
+
+class Evidence(IntEnum):
+    """How strongly a record says "this is the fastest": lower is stronger. ``best()`` ranks on it before
+    time, so dispatch runs what the tuner declared, never one lucky sample of a search trial."""
+
+    DECLARED = 0  # the tuner's verdict: fastest in interleaved rounds against every other finalist
+    CONFIRMED = 1  # a finalist, re-measured in those rounds
+    TRIAL = 2  # measured once, during the search
+
+    @classmethod
+    def of(cls, message: str) -> "Evidence":
+        if message.startswith(DECLARED_PREFIX):
+            return cls.DECLARED
+        return cls.CONFIRMED if message.startswith(CONFIRM_PREFIX) else cls.TRIAL
+
+
 @dataclass(frozen=True)
 class TimeStats:
     """Run-time statistics of one configuration, in seconds."""
@@ -356,6 +377,10 @@ class TuningRecord:
     @property
     def config(self) -> Config:
         return self.measurement.config
+
+    @property
+    def evidence(self) -> Evidence:
+        return Evidence.of(self.measurement.message)
 
     @property
     def record_id(self) -> str:

@@ -1,8 +1,8 @@
 """``LayeredDB``: a local, writable tuning database over a team database that is only read.
 
 A composition of two ``TuningDB`` values, not a second implementation: reads consult both layers and
-combine the answers (the faster best record, the union of trials and records); every write goes to
-the local layer, and the team layer refuses writes itself (it is opened read-only).
+combine the answers (the better best record by best()'s own rank, the union of trials and records); every
+write goes to the local layer, and the team layer refuses writes itself (it is opened read-only).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from kernelgen.db import jsonl
-from kernelgen.db.nearest import NearestGroups, faster, merge_groups, rank
+from kernelgen.db.nearest import NearestGroups, merge_groups, preferred, rank
 from kernelgen.db.store import TuningDB
 from kernelgen.values import TensorSpec, TuningRecord
 
@@ -81,8 +81,8 @@ class LayeredDB:
     def best(self, workload_key: str, target_fingerprint: str, *, implementations: Mapping[str, str] | None = None,
              toolchain: Mapping[str, str] | None = None) -> TuningRecord | None:
         kwargs = {"implementations": implementations, "toolchain": toolchain}
-        return faster(self.local.best(workload_key, target_fingerprint, **kwargs),
-                      self.team.best(workload_key, target_fingerprint, **kwargs))
+        return preferred(self.local.best(workload_key, target_fingerprint, **kwargs),
+                         self.team.best(workload_key, target_fingerprint, **kwargs))
 
     def trials(self, workload_key: str, target_fingerprint: str, *, implementation: str | None = None,
                implementation_hash: str | None = None) -> list[TuningRecord]:

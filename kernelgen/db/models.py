@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Float, Index, String, Text
+from sqlalchemy import Float, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from kernelgen.values import TuningRecord, canonical_json, content_hash
@@ -40,14 +40,17 @@ class RecordRow(Base):
     status: Mapped[str] = mapped_column(String(32))
     # NULL unless status is ok; best() sorts on it.
     time_median: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # kernelgen.values.Evidence (schema 3): best() ranks on it before time_median.
+    evidence: Mapped[int] = mapped_column(Integer, server_default="2")
     created_at: Mapped[float] = mapped_column(Float)
     kernelgen_version: Mapped[str] = mapped_column(String(64))
     data: Mapped[str] = mapped_column(Text)
 
     __table_args__ = (
-        # best(): equality on the first three columns, then already in (time, record_id) order, so the
-        # first row that passes the optional implementation/toolchain filters is the answer.
-        Index("ix_kgrec_best", "workload_key", "target_fingerprint", "status", "time_median", "record_id"),
+        # best(): equality on the first three columns, then already in (evidence, time, record_id) order, so
+        # the first row that passes the optional implementation/toolchain filters is the answer.
+        Index("ix_kgrec_best", "workload_key", "target_fingerprint", "status", "evidence", "time_median",
+              "record_id"),
         # nearest() tier 1 and records(target=family).
         Index("ix_kgrec_workload_family_target", "workload_key", "target_family"),
         # nearest() tier 2 (schema 2): neighbouring shapes of one graph on one target.
@@ -82,6 +85,7 @@ def row_values(record: TuningRecord, record_id: str | None = None) -> dict[str, 
         "toolchain_hash": toolchain_hash(record.toolchain),
         "status": m.status.value,
         "time_median": m.time.median if m.time is not None else None,
+        "evidence": int(record.evidence),
         "created_at": record.provenance.created_at,
         "kernelgen_version": record_kernelgen_version(record),
         "data": canonical_json(record.to_json()),

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import and_, bindparam, delete, func, insert, or_, select
+from sqlalchemy import and_, bindparam, case, delete, func, insert, or_, select
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 
@@ -24,7 +24,7 @@ from kernelgen.db.nearest import NearestGroups, rank
 from kernelgen.db.schema import current_revision, ensure_schema, schema_number
 from kernelgen.errors import DatabaseError
 from kernelgen.paths import default_db_url
-from kernelgen.values import Status, TensorSpec, TuningRecord
+from kernelgen.values import Evidence, Status, TensorSpec, TuningRecord
 
 T = RecordRow.__table__
 _CHUNK = 500  # rows per INSERT: well under SQLite's bound-parameter limit
@@ -195,7 +195,9 @@ class TuningDB:
     # -- reads ------------------------------------------------------------------------------------------
     def best(self, workload_key: str, target_fingerprint: str, *, implementations: Mapping[str, str] | None = None,
              toolchain: Mapping[str, str] | None = None) -> TuningRecord | None:
-        """The fastest ok record for the workload on exactly this target (ties: smallest record_id).
+        """The record dispatch should run for the workload on exactly this target: the newest one the tuner
+        declared best, else the fastest confirmed finalist, else the fastest ok trial (ties: smallest
+        record_id). See ``kernelgen.values.Evidence``: a lucky single sample never outranks a verdict.
 
         ``implementations`` (name -> implementation hash) restricts to those exact pairs; ``toolchain``
         restricts to records measured with exactly that toolchain mapping.
@@ -227,7 +229,11 @@ class TuningDB:
                                              T.c.implementation_hash == bindparam(f"ih{i}")) for i in range(n_pairs))))
             if with_toolchain:
                 stmt = stmt.where(T.c.toolchain_hash == bindparam("tc"))
-            compiled = stmt.order_by(T.c.time_median, T.c.record_id).limit(1).compile(dialect=self._engine.dialect)
+            # The newest verdict stands (a later tuning re-measured its rivals side by side); below that
+            # level, the fastest. Few rows per workload reach this sort, so the index still does the work.
+            newest_verdict = case((T.c.evidence == int(Evidence.DECLARED), -T.c.created_at), else_=0.0)
+            order = (T.c.evidence, newest_verdict, T.c.time_median, T.c.record_id)
+            compiled = stmt.order_by(*order).limit(1).compile(dialect=self._engine.dialect)
             defaults = {k: v for k, v in compiled.params.items() if v is not None}
             hit = self._best_sql[key] = (str(compiled), compiled.positiontup, defaults)
         return hit

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import insert
+from sqlalchemy import insert, inspect
 
 from kernelgen.values import Config, FrozenMap, Measurement, Provenance, Status, TensorSpec, TimeStats, TuningRecord
 
@@ -37,12 +37,14 @@ def record(
     host: str = "test-host",
     user: str = "tester",
     kernelgen_version: str = "0.1.0",
+    message: str = "",
 ) -> TuningRecord:
     """One record; ``status`` other than ok gives a failure measurement (no time statistics)."""
     status = Status(status)
     cfg = Config(config if config is not None else {"BLOCK": 64, "seed": seed})
     if status is Status.OK:
-        measurement = Measurement(cfg, status, TimeStats(median=median, min=median * 0.95, spread=0.02, repeats=10))
+        measurement = Measurement(cfg, status, TimeStats(median=median, min=median * 0.95, spread=0.02, repeats=10),
+                                  message=message)
     else:
         measurement = Measurement.failure(cfg, status, f"{status.value} for seed {seed}")
     tc = dict(TOOLCHAIN if toolchain is None else toolchain)
@@ -83,8 +85,10 @@ def database_at(url: str, revision: str, records: Iterable[TuningRecord] = ()) -
     parsed = parse_url(url)
     engine = make_engine(parsed, read_only=False)
     upgrade(engine, parsed, revision)
-    rows = [row_values(r) for r in records]
-    if rows:
-        with engine.begin() as conn:
+    with engine.begin() as conn:
+        # Only the columns that schema had: newer ones (e.g. evidence, schema 3) do not exist yet.
+        have = {c["name"] for c in inspect(conn).get_columns(RecordRow.__tablename__)}
+        rows = [{k: v for k, v in row_values(r).items() if k in have} for r in records]
+        if rows:
             conn.execute(insert(RecordRow.__table__), rows)
     engine.dispose()

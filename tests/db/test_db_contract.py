@@ -6,8 +6,9 @@ import pytest
 
 from kernelgen.db import TuningDB, open_db
 from kernelgen.db import store as store_module
+from kernelgen.db.schema import head_revision, schema_number
 from kernelgen.errors import DatabaseError
-from kernelgen.values import Status
+from kernelgen.values import CONFIRM_PREFIX, DECLARED_PREFIX, Status
 from tests.db import factories as f
 
 
@@ -51,6 +52,27 @@ def test_best_breaks_ties_by_record_id(store: TuningDB) -> None:
     a, b = f.record(seed=10, median=2e-4), f.record(seed=11, median=2e-4)
     store.commit_many([a, b])
     assert store.best(a.workload_key, f.TARGET) == min((a, b), key=lambda r: r.record_id)
+
+
+def test_best_ranks_the_tuners_verdict_above_faster_single_samples(store: TuningDB) -> None:
+    lucky_trial = f.record(seed=1, median=1e-5)
+    finalist = f.record(seed=2, median=3e-5, message=f"{CONFIRM_PREFIX}: re-measured")
+    verdict = f.record(seed=3, median=4e-5, implementation="custom:gelu/cpp", implementation_hash="c1",
+                       message=f"{DECLARED_PREFIX}: won the rounds")
+    store.commit_many([lucky_trial, finalist])
+    assert store.best(lucky_trial.workload_key, f.TARGET) == finalist  # confirmed beats a lucky sample
+    store.commit(verdict)
+    assert store.best(lucky_trial.workload_key, f.TARGET) == verdict  # the verdict beats both
+    # restricted to implementations the verdict is not about, the confirmed finalist is next
+    assert store.best(lucky_trial.workload_key, f.TARGET, implementations={"pointwise": "impl-h1"}) == finalist
+
+
+def test_best_takes_the_newest_verdict_even_if_an_older_one_was_faster(store: TuningDB) -> None:
+    old = f.record(seed=1, median=1e-5, created_at=1_000.0, message=f"{DECLARED_PREFIX}: first tuning")
+    new = f.record(seed=2, median=5e-5, created_at=2_000.0, implementation="custom:gelu/cpp",
+                   implementation_hash="c1", message=f"{DECLARED_PREFIX}: retuned with a new custom call")
+    store.commit_many([new, old])
+    assert store.best(old.workload_key, f.TARGET) == new
 
 
 def test_best_matches_implementation_hashes_exactly(store: TuningDB) -> None:
@@ -134,7 +156,7 @@ def test_stats_count_what_was_committed(store: TuningDB) -> None:
     assert stats["by_status"] == {"compile_error": 3, "ok": 18}
     assert stats["workloads"] == 3
     assert sum(t["records"] for t in stats["targets"]) == 21 and len(stats["targets"]) == 2
-    assert stats["schema"] == "2"
+    assert stats["schema"] == schema_number(head_revision())
 
 
 def test_prune_needs_a_criterion_and_removes_only_matches(store: TuningDB) -> None:

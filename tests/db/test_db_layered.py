@@ -8,6 +8,7 @@ from sqlalchemy import text
 
 from kernelgen.db import LayeredDB, TuningDB, open_db
 from kernelgen.errors import ReadOnlyDatabaseError
+from kernelgen.values import DECLARED_PREFIX
 from tests.db import factories as f
 
 
@@ -34,6 +35,15 @@ def test_best_takes_the_faster_layer(layered: LayeredDB) -> None:
     assert layered.best(wk, f.TARGET) == f.record(seed=5, median=1e-5)
     assert layered.best("wk-team-only", f.TARGET) == f.record(workload="wk-team-only", seed=3)
     assert layered.best(wk, f.TARGET, implementations={"pointwise": "other"}) is None
+
+
+def test_a_team_verdict_outranks_a_faster_local_trial(layered: LayeredDB, team_url: str) -> None:
+    wk = f.record().workload_key
+    layered.commit(f.record(seed=6, median=1e-7))  # one lucky local sample
+    verdict = f.record(seed=7, median=5e-5, message=f"{DECLARED_PREFIX}: median of interleaved rounds")
+    with open_db(team_url, team_url="") as team:
+        team.commit(verdict)
+    assert layered.best(wk, f.TARGET) == verdict
 
 
 def test_reads_union_without_duplicates(layered: LayeredDB, team_url: str) -> None:

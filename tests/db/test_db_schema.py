@@ -13,8 +13,9 @@ from sqlalchemy import create_engine, inspect, text
 from kernelgen.db import open_db, upgrade_db
 from kernelgen.db.engine import make_engine, parse_url
 from kernelgen.db.models import RECORDS_TABLE, VERSION_TABLE, Base
-from kernelgen.db.schema import head_revision
+from kernelgen.db.schema import head_revision, schema_number
 from kernelgen.errors import DatabaseError, SchemaVersionError
+from kernelgen.values import CONFIRM_PREFIX, DECLARED_PREFIX
 from tests.db import factories as f
 
 
@@ -78,14 +79,27 @@ def test_older_schema_is_refused_until_upgraded(persistent_url: str) -> None:
     with pytest.raises(SchemaVersionError) as info:
         open_db(persistent_url, team_url="")
     message = str(info.value)
-    assert "schema 1" in message and "needs 2" in message and "kernelgen db upgrade --db" in message
+    head = schema_number(head_revision())
+    assert "schema 1" in message and f"needs {head}" in message and "kernelgen db upgrade --db" in message
     assert _version(persistent_url) == "0001"  # refusing changed nothing
     assert "ix_kgrec_neighbours" not in _indexes(persistent_url)
-    assert upgrade_db(persistent_url) == ("1", "2")
+    assert upgrade_db(persistent_url) == ("1", head)
     assert "ix_kgrec_neighbours" in _indexes(persistent_url)
     with open_db(persistent_url, team_url="") as db:
         assert list(db.records()) == [rec]
-    assert upgrade_db(persistent_url) == ("2", "2")
+    assert upgrade_db(persistent_url) == (head, head)
+
+
+def test_upgrade_to_schema_3_ranks_existing_verdicts_and_confirmations_above_trials(persistent_url: str) -> None:
+    lucky = f.record(seed=1, median=1e-5)
+    confirmed = f.record(seed=2, median=3e-5, message=f"{CONFIRM_PREFIX}: median of 3 rounds")
+    declared = f.record(seed=3, median=4e-5, implementation="custom:gelu/cpp", implementation_hash="c1",
+                        message=f"{DECLARED_PREFIX}: median of 3 rounds")
+    f.database_at(persistent_url, "0002", [lucky, confirmed, declared])
+    upgrade_db(persistent_url)
+    with open_db(persistent_url, team_url="") as db:
+        assert db.best(lucky.workload_key, f.TARGET) == declared
+        assert db.best(lucky.workload_key, f.TARGET, implementations={"pointwise": "impl-h1"}) == confirmed
 
 
 def test_newer_schema_is_refused_and_never_modified(persistent_url: str) -> None:
