@@ -12,12 +12,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kernelgen.implementation import Implementation
-from kernelgen.values import Config, Measurement, Status, TimeStats, TuningRecord
+from kernelgen.values import (CONFIRM_PREFIX, DECLARED_PREFIX, Config, Evidence, Measurement, Status, TimeStats,
+                              TuningRecord)
 
-CONFIRM_PREFIX = "confirmed"
+H = TypeVar("H")  # a finalist: a config of one implementation, or one implementation's winning record
 CONFIRM_ROUNDS = 3  # interleaved rounds: slow drifts of a noisy machine hit every candidate alike
 TIE_TOLERANCE = 0.01  # confirmed times this close are a tie, broken by the config's canonical key
 
@@ -35,7 +36,8 @@ class TrialEvent:
 
 
 def is_confirmation(record: TuningRecord) -> bool:
-    return record.measurement.message.startswith(CONFIRM_PREFIX)
+    """A re-measurement of a finalist (declared or not), not a search trial."""
+    return record.evidence is not Evidence.TRIAL
 
 
 
@@ -196,39 +198,59 @@ class FunctionMeasurer:
         pass
 
 
-def confirm(configs: Sequence[Config], measure: Callable[[Config], Measurement],
-            commit: Callable[[Measurement], TuningRecord], state: Any = None,
-            rounds: int = CONFIRM_ROUNDS) -> list[TuningRecord]:
-    """Re-measure ``configs`` in ``rounds`` interleaved rounds (rotating the order) and commit one
-    confirmation record each: the median of its round medians. A config failing any round is dropped.
+def remeasure(finalists: Sequence[H], measure: Callable[[H], Measurement],
+              rounds: int = CONFIRM_ROUNDS) -> list[tuple[H, Measurement]]:
+    """Re-measure ``finalists`` in ``rounds`` interleaved rounds (rotating the order), so a slow drift of a
+    shared machine hits each alike. Returns (finalist, measurement) for those that ran ok in every round:
+    the median of their round medians, with an empty message. Nothing is committed here.
     """
-    samples: dict[Config, list[TimeStats]] = {c: [] for c in configs}
-    failed: set[Config] = set()
-    threads: dict[Config, int | None] = {}
+    samples: dict[int, list[Measurement]] = {i: [] for i in range(len(finalists))}
+    failed: set[int] = set()
+    n = len(finalists)
     for k in range(rounds):
-        order = list(configs[k % len(configs):]) + list(configs[:k % len(configs)]) if configs else []
-        for config in order:
-            if config in failed:
+        for i in [(j + k) % n for j in range(n)]:
+            if i in failed:
                 continue
-            m = measure(config)
-            threads[config] = m.threads
+            m = measure(finalists[i])
             if m.ok and m.time is not None:
-                samples[config].append(m.time)
+                samples[i].append(m)
             else:
-                failed.add(config)
+                failed.add(i)
     out = []
-    for config in configs:
-        if config in failed or not samples[config]:
+    for i, finalist in enumerate(finalists):
+        if i in failed or not samples[i]:
             continue
-        meds = [s.median for s in samples[config]]
+        meds = [m.time.median for m in samples[i]]  # type: ignore[union-attr]
         score = statistics.median(meds)
-        stats = TimeStats(median=score, min=min(s.min for s in samples[config]),
+        stats = TimeStats(median=score, min=min(m.time.min for m in samples[i]),  # type: ignore[union-attr]
                           spread=(max(meds) - min(meds)) / score if score > 0 else 0.0,
-                          repeats=sum(s.repeats for s in samples[config]))
-        message = (f"{CONFIRM_PREFIX}: median of {len(meds)} interleaved re-measurements of the top "
-                   f"{len(configs)} configs")
-        record = commit(Measurement(config=config, status=Status.OK, time=stats, message=message,
-                                    threads=threads.get(config)))
+                          repeats=sum(m.time.repeats for m in samples[i]))  # type: ignore[union-attr]
+        last = samples[i][-1]
+        out.append((finalist, Measurement(config=last.config, status=Status.OK, time=stats, threads=last.threads)))
+    return out
+
+
+def fastest(results: Sequence[tuple[H, Measurement]], tie_key: Callable[[H], Any]) -> int | None:
+    """Index of the winner of ``remeasure``'s results: times within TIE_TOLERANCE of the fastest tie, and
+    the smallest ``tie_key`` among them wins, so the verdict does not flip on noise. None when empty."""
+    if not results:
+        return None
+    best = min(m.time.median for _, m in results)  # type: ignore[union-attr]
+    tied = [i for i, (_, m) in enumerate(results) if m.time.median <= best * (1 + TIE_TOLERANCE)]  # type: ignore[union-attr]
+    return min(tied, key=lambda i: tie_key(results[i][0]))
+
+
+def commit_verdict(results: Sequence[tuple[H, Measurement]], winner: int | None, declare: bool,
+                   commit: Callable[[H, Measurement], TuningRecord], what: str,
+                   state: Any = None) -> list[TuningRecord]:
+    """Commit ``remeasure``'s results: the winner with ``DECLARED_PREFIX`` when ``declare`` (the tuner's
+    verdict for the workload, which ``best()`` ranks first), everything else as a confirmed finalist."""
+    out = []
+    for i, (finalist, m) in enumerate(results):
+        prefix = DECLARED_PREFIX if declare and i == winner else CONFIRM_PREFIX
+        message = f"{prefix}: median of interleaved re-measurements against {what}"
+        record = commit(finalist, Measurement(config=m.config, status=Status.OK, time=m.time, message=message,
+                                              threads=m.threads))
         out.append(record)
         if state is not None:
             state.report(record, measured=True, phase="confirm")
@@ -236,14 +258,16 @@ def confirm(configs: Sequence[Config], measure: Callable[[Config], Measurement],
 
 
 def pick_winner(records: Sequence[TuningRecord]) -> TuningRecord | None:
-    """The fastest confirmed record; times within TIE_TOLERANCE tie and the smallest config key wins."""
+    """The verdict among already committed re-measurements: the newest declared record if any (as
+    ``TuningDB.best`` does), else the fastest confirmed one with ``fastest``'s tie rule."""
     ok = [r for r in records if r.measurement.ok]
-    if not ok:
-        return None
-    fastest = min(r.measurement.time.median for r in ok)  # type: ignore[union-attr]
-    tied = [r for r in ok if r.measurement.time.median <= fastest * (1 + TIE_TOLERANCE)]  # type: ignore[union-attr]
-    return min(tied, key=lambda r: (r.config.key(), r.measurement.time.median, r.record_id))  # type: ignore[union-attr]
+    declared = [r for r in ok if r.evidence is Evidence.DECLARED]
+    if declared:
+        return max(declared, key=lambda r: (r.provenance.created_at, r.record_id))
+    pairs = [(r, r.measurement) for r in ok]
+    i = fastest(pairs, lambda r: (r.implementation, r.config.key(), r.record_id))
+    return None if i is None else ok[i]
 
 
-__all__ = ["CONFIRM_PREFIX", "CONFIRM_ROUNDS", "FunctionMeasurer", "SearchState", "TrialEvent", "confirm",
-           "is_confirmation", "pick_winner", "run_workers"]
+__all__ = ["CONFIRM_ROUNDS", "FunctionMeasurer", "SearchState", "TrialEvent", "commit_verdict", "fastest",
+           "is_confirmation", "pick_winner", "remeasure", "run_workers"]

@@ -22,9 +22,9 @@ from kernelgen.implementation import Implementation
 from kernelgen.ir import Graph
 from kernelgen.target import Target
 from kernelgen.tune.measure import TimingPolicy
-from kernelgen.tune.trial_loop import (CONFIRM_PREFIX, CONFIRM_ROUNDS, FunctionMeasurer, SearchState, TrialEvent,
-                                       confirm, is_confirmation, pick_winner, run_workers)
-from kernelgen.values import Config, FrozenMap, Measurement, Provenance, TimeStats, TuningRecord
+from kernelgen.tune.trial_loop import (CONFIRM_ROUNDS, FunctionMeasurer, SearchState, TrialEvent, commit_verdict,
+                                       fastest, is_confirmation, pick_winner, remeasure, run_workers)
+from kernelgen.values import Config, Evidence, FrozenMap, Measurement, Provenance, TimeStats, TuningRecord
 
 CONFIRM_TOP = 3  # configs re-measured before the best is declared
 DEFAULT_TRIALS = 40  # when neither trials nor seconds is given
@@ -207,14 +207,21 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
         result = TuneResult(graph=graph, backend=backend, target=target, best=None, trials=[], measured=0)
         winners: list[TuningRecord] = []
         for impl in impls:
-            outcome = _tune_implementation(db, graph, impl, target, opts)
+            outcome = _tune_implementation(db, graph, impl, target, opts, declare=len(impls) == 1)
             result.trials.extend(outcome.records)
             result.measured += outcome.measured
             result.stop_reasons[impl.name] = outcome.stop_reason
             if outcome.winner is not None:
                 winners.append(outcome.winner)
-        if winners:
-            result.best = min(winners, key=_speed_key)
+        verdicts = [r for r in result.trials if r.evidence is Evidence.DECLARED]
+        if len(winners) > 1 and (result.measured > 0 or not verdicts):
+            # Each implementation's winner was timed at a different moment: only side by side is the
+            # comparison fair on a shared machine.
+            showdown = _showdown(db, graph, winners, impls, target, opts)
+            result.trials.extend(showdown)
+            result.measured += len(winners) * CONFIRM_ROUNDS
+        result.best = pick_winner([r for r in result.trials if r.evidence is Evidence.DECLARED] or winners)
+        if result.best is not None:
             result.default = _default_record(result.trials, result.best, impls, target)
     finally:
         if own_db:
@@ -226,6 +233,23 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
 def _speed_key(record: TuningRecord) -> tuple[float, str, str]:
     assert record.measurement.time is not None
     return record.measurement.time.median, record.implementation, record.config.key()
+
+
+def _showdown(db: Any, graph: Graph, winners: list[TuningRecord], impls: Sequence[Implementation], target: Target,
+              opts: "_Options") -> list[TuningRecord]:
+    """Re-measure every implementation's winner in interleaved rounds and declare the fastest; ties go to
+    the smallest implementation name, so the verdict is deterministic."""
+    from contextlib import ExitStack
+
+    by_name = {impl.name: impl for impl in impls}
+    with ExitStack() as stack:
+        measurers = {w.implementation: stack.enter_context(_measurer_factory(by_name[w.implementation], opts)())
+                     for w in winners}
+        results = remeasure(winners, lambda w: measurers[w.implementation].measure(w.config))
+    recorders = {w.implementation: _Recorder(db, graph, by_name[w.implementation], target) for w in winners}
+    winner = fastest(results, lambda w: (w.implementation, w.config.key()))
+    return commit_verdict(results, winner, True, lambda w, m: recorders[w.implementation].commit(m),
+                          f"the winners of {len(winners)} implementations")
 
 
 def _default_record(records: list[TuningRecord], best: TuningRecord, impls: Sequence[Implementation],
@@ -245,7 +269,10 @@ class _Outcome:
     winner: TuningRecord | None
 
 
-def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Target, opts: _Options) -> _Outcome:
+def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Target, opts: _Options,
+                         declare: bool) -> _Outcome:
+    """Search, then re-measure the top configs; with ``declare`` (the graph's only implementation) the
+    winner is committed as the tuner's verdict, else it goes on to the showdown between implementations."""
     recorder = _Recorder(db, graph, impl, target)
     prior = db.trials(graph.workload_key, target.fingerprint, implementation=impl.name,
                       implementation_hash=recorder.fields["implementation_hash"])
@@ -284,10 +311,13 @@ def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Ta
         if default in top and default not in chosen:
             chosen.append(default)  # re-measured alongside, so "speedup over default" compares like with like
         with make_measurer() as measurer:
-            confirmed = confirm(chosen, measurer.measure, recorder.commit, state)
+            results = remeasure(chosen, measurer.measure)
+        best = fastest(results, lambda c: c.key())  # the default too: if it re-measures fastest, it wins
+        confirmed = commit_verdict(results, best, declare, lambda _c, m: recorder.commit(m),
+                                   f"the top {len(chosen)} configs", state)
         records.extend(confirmed)
         measured += len(chosen) * CONFIRM_ROUNDS
-        winner = pick_winner(confirmed)  # the default too: if it re-measures fastest, it wins
+        winner = None if best is None else confirmed[best]
     return _Outcome(records, measured, state.stop_reason, winner)
 
 
@@ -332,5 +362,5 @@ def tune_workload(workload: Any, *, db: Any = None, trials: int | None = None, s
     return results
 
 
-__all__ = ["CONFIRM_PREFIX", "TrialEvent", "TuneResult", "candidate_implementations", "check_budget", "confirm",
+__all__ = ["TrialEvent", "TuneResult", "candidate_implementations", "check_budget",
            "is_confirmation", "study_name", "tune_graph", "tune_workload"]

@@ -125,3 +125,64 @@ def test_patience_and_seconds_budgets_stop_the_search(db, tmp_path) -> None:
         timed = tune_graph(relu_add_graph(), db=other, implementations=[LandscapeImpl(relu_add_graph())],
                            measure=slow, seconds=0.3, seed=1)
     assert timed.stop_reasons == {"landscape": "seconds"} and 1 <= len(timed.search_trials) < 100
+
+
+class _Named(LandscapeImpl):
+    def __init__(self, graph, name: str) -> None:
+        super().__init__(graph)
+        self.name = name
+
+
+class _LoadShiftMeasurer(CountingMeasurer):
+    """``fast`` is truly twice as fast as the other implementation, but it is tuned first while the machine
+    is busy (3x slower); by the time the other one is tuned, the load is gone."""
+
+    def __init__(self, fast: str) -> None:
+        super().__init__()
+        self.fast, self.load = fast, 3.0
+
+    def __call__(self, impl, config):
+        if impl.name != self.fast:
+            self.load = 1.0
+        m = super().__call__(impl, config)
+        scale = self.load * (0.5 if impl.name == self.fast else 1.0)
+        t = m.time.median * scale
+        return type(m)(config, m.status, type(m.time)(median=t, min=t, spread=0.0, repeats=5), threads=1)
+
+
+def test_implementations_are_compared_side_by_side_and_dispatch_agrees(db) -> None:
+    from kernelgen.values import Evidence
+
+    graph = relu_add_graph()
+    impls = [_Named(graph, "a-fast-under-load"), _Named(graph, "b-slow")]
+    measurer = _LoadShiftMeasurer(fast="a-fast-under-load")
+    result = tune_graph(graph, db=db, implementations=impls, measure=measurer, seed=1, trials=8)
+    # Each implementation's own confirmed winner says b is faster (a was timed under load) ...
+    per_impl = {r.implementation: r for r in result.trials if r.evidence is Evidence.CONFIRMED
+                and r.measurement.message.endswith("configs")}
+    assert set(per_impl) == {"a-fast-under-load", "b-slow"}
+    # ... but side by side, a wins: it is declared, and the database gives dispatch the same record.
+    assert result.best.implementation == "a-fast-under-load" and result.best.evidence is Evidence.DECLARED
+    assert db.best(graph.workload_key, result.target.fingerprint) == result.best
+    declared = [r for r in result.trials if r.evidence is Evidence.DECLARED]
+    assert len(declared) == 1
+    again = CountingMeasurer()
+    second = tune_graph(graph, db=db, implementations=impls, measure=again, seed=1, trials=8)
+    assert again.total == 0 and second.measured == 0 and second.best == result.best
+
+
+def test_a_lucky_search_sample_never_outranks_the_declared_winner(db) -> None:
+    graph = relu_add_graph()
+    lucky = Config(a=1, b=1, c=1)  # the default: measured first, far from the optimum
+
+    class LuckyOnce(CountingMeasurer):
+        def __call__(self, impl, config):
+            m = super().__call__(impl, config)
+            if config == lucky and self.calls[config] == 1:  # one sample at 1% of its real time
+                t = m.time.median * 0.01
+                return type(m)(config, m.status, type(m.time)(median=t, min=t, spread=0.0, repeats=5), threads=1)
+            return m
+
+    result = _tune(db, graph, LuckyOnce(), trials=10)
+    assert result.best.config != lucky and is_confirmation(result.best)
+    assert db.best(graph.workload_key, result.target.fingerprint) == result.best
