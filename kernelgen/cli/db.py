@@ -65,14 +65,14 @@ def register(app: typer.Typer) -> None:
         target: Optional[str] = TargetOption,
         workload: Optional[str] = WorkloadOption,
         status: Optional[str] = typer.Option(None, "--status", help="Only this status (ok, invalid, compile_error, ...)."),
-        best: bool = typer.Option(False, "--best", help="Only the fastest ok record per workload and target."),
+        best: bool = typer.Option(False, "--best", help="Only the record dispatch runs per workload and target (the tuner's verdict, else the fastest)."),
         limit: int = typer.Option(50, "--limit", help="At most this many rows (0: all)."),
         as_json: bool = JsonOption,
         db: Optional[str] = DbOption,
         team_db: Optional[str] = TeamOption,
     ) -> None:
         """List records: workload, implementation, target, status, median time, config."""
-        from kernelgen.db.nearest import faster
+        from kernelgen.db.nearest import preferred
         from kernelgen.values import Status
 
         if status is not None and status not in {s.value for s in Status}:
@@ -85,7 +85,7 @@ def register(app: typer.Typer) -> None:
             for r in records:
                 if r.measurement.ok:
                     key = (r.workload_key, r.target_fingerprint)
-                    winners[key] = faster(winners.get(key), r)
+                    winners[key] = preferred(winners.get(key), r)  # what dispatch would run
             records = list(winners.values())
         records.sort(key=lambda r: (r.workload_key, r.target_fingerprint, r.measurement.status.value != "ok",
                                     r.measurement.time.median if r.measurement.time else 0.0, r.record_id))
