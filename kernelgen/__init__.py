@@ -4,13 +4,16 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from kernelgen.dispatch import CompiledFunction, compile
 from kernelgen.errors import KernelgenError
 from kernelgen.ir import Graph, trace
 from kernelgen.space import Constraint, Param, SearchSpace
 from kernelgen.target import Target
+from kernelgen.registry import custom_call, register_custom_call
 from kernelgen.values import Config, Measurement, Source, Status, TensorSpec, TimeStats, TuningRecord
 
 __all__ = sorted([
+    "CompiledFunction",
     "Config",
     "Constraint",
     "Graph",
@@ -25,5 +28,8 @@ __all__ = sorted([
     "TimeStats",
     "TuningRecord",
     "__version__",
+    "compile",
+    "custom_call",
+    "register_custom_call",
     "trace",
 ])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import kernelgen
 
 EXPECTED = [
+    "CompiledFunction",
     "Config",
     "Constraint",
     "Graph",
@@ -19,6 +20,9 @@ EXPECTED = [
     "TimeStats",
     "TuningRecord",
     "__version__",
+    "compile",
+    "custom_call",
+    "register_custom_call",
     "trace",
 ]
 
@@ -31,3 +35,11 @@ def test_all_is_sorted_and_frozen() -> None:
 def test_every_public_name_resolves() -> None:
     for name in kernelgen.__all__:
         assert getattr(kernelgen, name) is not None
+
+
+def test_the_entry_points_the_readme_uses_are_the_real_ones() -> None:
+    from kernelgen import dispatch, registry
+
+    assert kernelgen.compile is dispatch.compile
+    assert kernelgen.register_custom_call is registry.register_custom_call
+    assert kernelgen.custom_call is registry.custom_call
