@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -12,8 +13,9 @@ from kernelgen import __version__
 from kernelgen.cli import app, main
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kernelgen", *args], capture_output=True, text=True)
+def run_cli(*args: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "kernelgen", *args], capture_output=True, text=True, env=env)
 
 
 def test_version() -> None:
@@ -51,6 +53,14 @@ def test_devices_json_lists_cpu_target() -> None:
     assert rows["cpp"]["available"] is True
     assert rows["cpp"]["target"]["kind"] == "cpu"
     assert rows["cpp"]["family"].startswith("cpp:cpu:")
+
+
+def test_devices_table_shows_whole_fingerprint_and_family_on_a_narrow_pipe() -> None:
+    rows = {row["backend"]: row for row in json.loads(run_cli("devices", "--json").stdout)}
+    result = run_cli("devices", env_extra={"COLUMNS": "80"})
+    assert result.returncode == 0, result.stderr
+    assert rows["cpp"]["fingerprint"] in result.stdout and rows["cpp"]["family"] in result.stdout
+    assert rows["cpp"]["target"]["versions"]["compiler"] in result.stdout
 
 
 def test_unknown_command_exits_non_zero() -> None:

@@ -31,14 +31,37 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps(rows, indent=2))
             return
-        table = Table(title="kernelgen devices")
-        for column in ("backend", "device", "arch", "cores", "features", "family", "fingerprint"):
-            table.add_column(column)
+        # One block per backend, one field per line: fingerprints and families are what people copy
+        # (into --target, exports, bug reports), so they must never be cut to fit a column.
+        console = Console()
         for row in rows:
+            block = Table(title=f"{row['backend']} backend", title_justify="left", show_header=False, box=None,
+                          padding=(0, 2, 0, 0))
+            block.add_column(style="bold", no_wrap=True)
+            block.add_column(overflow="fold")
             t = row["target"]
             if t is None:
-                table.add_row(row["backend"], f"unavailable: {row['reason']}", "", "", "", "", "")
-                continue
-            table.add_row(row["backend"], t["device_name"], t["arch"], str(t["cores"]),
-                          " ".join(t["features"]), row["family"], row["fingerprint"])
-        Console().print(table)
+                block.add_row("status", f"unavailable: {row['reason']}")
+            else:
+                for label, value in _fields(t, row):
+                    block.add_row(label, value)
+            console.print(block)
+            console.print()
+
+
+def _fields(t: dict, row: dict) -> list[tuple[str, str]]:
+    """The lines shown for one available target, in reading order."""
+    fields = [("device", t["device_name"]), ("arch", t["arch"]), ("kind", t["kind"]),
+              ("cores", str(t["cores"]))]
+    if t.get("memory"):
+        fields.append(("memory", f"{t['memory'] / 2**30:.1f} GiB"))
+    if t.get("features"):
+        fields.append(("features", " ".join(t["features"])))
+    if t.get("caches"):
+        fields.append(("caches", "  ".join(f"{k} {v // 1024} KiB" for k, v in t["caches"].items())))
+    if t.get("limits"):
+        fields.append(("limits", "  ".join(f"{k} {v}" for k, v in t["limits"].items())))
+    for name, version in t.get("versions", {}).items():
+        fields.append((name, str(version)))
+    fields += [("family", row["family"]), ("fingerprint", row["fingerprint"])]
+    return fields
