@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import and_, bindparam, case, delete, func, insert, or_, select
+from sqlalchemy import and_, bindparam, delete, func, insert, or_, select
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 
@@ -60,7 +60,7 @@ class TuningDB:
         self.read_only = read_only
         self._engine = make_engine(self._url, read_only=read_only)
         self._upsert: Any = None
-        self._best_sql: dict[tuple[int, bool], tuple[str, Sequence[str] | None, dict[str, Any]]] = {}
+        self._best_sql: dict[tuple[int, bool, bool], tuple[str, Sequence[str] | None, dict[str, Any]]] = {}
         try:
             ensure_schema(self._engine, self._url, read_only=read_only)
         except BaseException:
@@ -210,29 +210,44 @@ class TuningDB:
             params[f"in{i}"], params[f"ih{i}"] = name, digest
         if toolchain is not None:
             params["tc"] = toolchain_hash(toolchain)
-        sql, order, defaults = self._prepared_best(len(pairs) if implementations is not None else -1,
-                                                   toolchain is not None)
-        values = {**defaults, **params}
+        shape = (len(pairs) if implementations is not None else -1, toolchain is not None)
         with self._tx(single_read=True) as conn:
-            row = conn.exec_driver_sql(sql, tuple(values[n] for n in order) if order else values).first()
+            # In index order (evidence, time, record_id): no sort. Only when the first row is a verdict can
+            # a newer verdict exist, and only then is the (few-row) newest-verdict query run.
+            row = self._run_best(conn, shape, False, params)
+            if row is not None and row[1] == int(Evidence.DECLARED):
+                row = self._run_best(conn, shape, True, params)
         return None if row is None else _decode(row[0])
 
-    def _prepared_best(self, n_pairs: int, with_toolchain: bool) -> tuple[str, Sequence[str] | None, dict[str, Any]]:
-        """best()'s SQL compiled once per filter shape: the hot lookup skips SQLAlchemy's statement building."""
-        key = (n_pairs, with_toolchain)
+    def _run_best(self, conn: Connection, shape: tuple[int, bool], newest_verdict: bool,
+                  params: dict[str, Any]) -> Any:
+        sql, order, defaults = self._prepared_best(*shape, newest_verdict)
+        values = {**defaults, **params}
+        return conn.exec_driver_sql(sql, tuple(values[n] for n in order) if order else values).first()
+
+    def _prepared_best(self, n_pairs: int, with_toolchain: bool,
+                       newest_verdict: bool) -> tuple[str, Sequence[str] | None, dict[str, Any]]:
+        """best()'s SQL compiled once per filter shape: the hot lookup skips SQLAlchemy's statement building.
+
+        ``newest_verdict``: only declared records, newest first (a later tuning re-measured its rivals side
+        by side, so the latest verdict stands); else every ok record in ``ix_kgrec_best`` order.
+        """
+        key = (n_pairs, with_toolchain, newest_verdict)
         hit = self._best_sql.get(key)
         if hit is None:
-            stmt = select(T.c.data).where(T.c.workload_key == bindparam("wk"),
-                                          T.c.target_fingerprint == bindparam("tf"), T.c.status == Status.OK.value)
+            stmt = select(T.c.data, T.c.evidence).where(T.c.workload_key == bindparam("wk"),
+                                                        T.c.target_fingerprint == bindparam("tf"),
+                                                        T.c.status == Status.OK.value)
             if n_pairs >= 0:
                 stmt = stmt.where(or_(*(and_(T.c.implementation == bindparam(f"in{i}"),
                                              T.c.implementation_hash == bindparam(f"ih{i}")) for i in range(n_pairs))))
             if with_toolchain:
                 stmt = stmt.where(T.c.toolchain_hash == bindparam("tc"))
-            # The newest verdict stands (a later tuning re-measured its rivals side by side); below that
-            # level, the fastest. Few rows per workload reach this sort, so the index still does the work.
-            newest_verdict = case((T.c.evidence == int(Evidence.DECLARED), -T.c.created_at), else_=0.0)
-            order = (T.c.evidence, newest_verdict, T.c.time_median, T.c.record_id)
+            if newest_verdict:
+                stmt = stmt.where(T.c.evidence == int(Evidence.DECLARED))
+                order = (T.c.created_at.desc(), T.c.record_id)
+            else:
+                order = (T.c.evidence, T.c.time_median, T.c.record_id)
             compiled = stmt.order_by(*order).limit(1).compile(dialect=self._engine.dialect)
             defaults = {k: v for k, v in compiled.params.items() if v is not None}
             hit = self._best_sql[key] = (str(compiled), compiled.positiontup, defaults)
