@@ -33,9 +33,12 @@ class WorkloadSummary:
 
     @property
     def best(self) -> TuningRecord | None:
+        """What dispatch runs: the tuner's verdict (the rule ``TuningDB.best`` follows), else the fastest trial."""
+        from kernelgen.db.nearest import best_key
+
         pool = [r for r in self.confirmations if r.measurement.ok] or \
             [r for rs in self.by_implementation.values() for r in rs if r.measurement.ok]
-        return min(pool, key=lambda r: (r.measurement.time.median, r.record_id)) if pool else None  # type: ignore[union-attr]
+        return min(pool, key=best_key) if pool else None
 
 
 def summarise(records: Iterable[TuningRecord]) -> list[WorkloadSummary]:

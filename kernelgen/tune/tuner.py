@@ -5,8 +5,10 @@ Per implementation of the graph: skip it when the database already holds a finis
 this key first, which are told to the searcher from the database and never re-measured, then the default
 config, then the best configs of the nearest records), run it within the budgets, commit each trial the
 moment it is measured, and finally re-measure the top few interleaved. Those re-measurements are committed
-as *confirmation* records (message ``confirmed: ...``): they name the declared best and mark the tuning
-finished, so a rerun does zero measurements.
+as *confirmation* records (message ``confirmed: ...``) and mark the tuning finished, so a rerun does zero
+measurements. When several implementations (templates, custom calls) compete, their winners are then
+re-measured side by side; the winner of that, or of the only implementation's confirmation, is committed
+as the *verdict* (``kernelgen.values.Evidence.DECLARED``) that ``TuningDB.best`` hands to dispatch.
 """
 
 from __future__ import annotations
