@@ -60,6 +60,14 @@ static inline uint16_t kg_f2bf(float x) {
   const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   return (uint16_t)(((u & 0x7fffffffu) > 0x7f800000u) ? ((u >> 16) | 0x40u) : r);
 }
+// min(x, cap) that keeps a nan x nan: -ffast-math lets a plain min or isnan return anything for nan, so
+// nan is recognised from the bits.
+static inline float kg_capf(float x, float cap) {
+  return (__builtin_bit_cast(uint32_t, x) & 0x7fffffffu) > 0x7f800000u ? x : (x > cap ? cap : x);
+}
+static inline double kg_cap(double x, double cap) {
+  return (__builtin_bit_cast(uint64_t, x) << 1) > (0x7ff0000000000000ull << 1) ? x : (x > cap ? cap : x);
+}
 """
 """C++ helpers every source using this module must include once, before its kernels."""
 
@@ -226,16 +234,27 @@ def op_expr(graph: Graph, node_id: int, args: Sequence[str]) -> str:
     if op == "reciprocal":
         return f"({one} / {x})"
     if op == "sigmoid":
-        return f"({one} / ({one} + {fn['exp']}(-{x})))"
+        return f"({one} / ({one} + {_capped_exp(fn, f'-{x}', ctype)}))"
     if op == "silu":
-        return f"({x} / ({one} + {fn['exp']}(-{x})))"
+        return f"({x} / ({one} + {_capped_exp(fn, f'-{x}', ctype)}))"
     if op == "gelu":
         if node.attr("approximate", "none") == "tanh":
             # 0.5 x (1 + tanh(u)) == x / (1 + exp(-2u)): one exp instead of a (3x slower) vector tanh
             c0, c1 = literal(-2.0 * math.sqrt(2.0 / math.pi), operand), literal(0.044715, operand)
-            return f"({x} / ({one} + {fn['exp']}({c0} * ({x} + {c1} * {x} * {x} * {x}))))"
+            return f"({x} / ({one} + {_capped_exp(fn, f'{c0} * ({x} + {c1} * {x} * {x} * {x})', ctype)}))"
         return f"({half} * {x} * ({one} + {fn['erf']}({x} * {literal(math.sqrt(0.5), operand)})))"
     raise ValueError(f"op {op} at %{node_id} has no C++ rule")
+
+
+def _capped_exp(fn: dict, arg: str, ctype: str) -> str:
+    """exp(arg) for a denominator ``1 + exp(arg)``, with arg capped at 80 (700 in double).
+
+    Under -ffast-math gcc divides by a reciprocal estimate, so y / (1 + inf) becomes y * 0 * inf = nan:
+    sigmoid(-100) was nan. e^80 (e^700) keeps the denominator finite and changes the quotient by less than
+    1e-34 (1e-304); a nan argument stays nan.
+    """
+    cap = "kg_capf({}, 80.0f)" if ctype == "float" else "kg_cap({}, 700.0)"
+    return f"{fn['exp']}({cap.format(arg)})"
 
 
 def _pow(graph: Graph, node: Node, xs: Sequence[str], fn: dict, ctype: str, floating: bool) -> str:

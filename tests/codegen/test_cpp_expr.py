@@ -125,3 +125,34 @@ def test_emit_rejects_non_elementwise_nodes():
     graph = kernelgen.trace(lambda a: a.sum(-1), torch.randn(4, 4))
     with pytest.raises(ValueError, match="sum"):
         cpp_expr.emit(graph, cpp_expr.dag_nodes(graph, graph.outputs, {0: "x"}), {0: "x"})
+
+
+def _sigmoid(x):
+    return torch.sigmoid(x)
+
+
+def _silu(x):
+    return F.silu(x)
+
+
+def _gelu_tanh(x):
+    return F.gelu(x, approximate="tanh")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("fn", [_sigmoid, _silu, _gelu_tanh], ids=lambda f: f.__name__.strip("_"))
+def test_ops_over_one_plus_exp_stay_finite_for_large_negative_inputs(fn, dtype):
+    # Under -ffast-math y / (1 + exp(big)) became 0 * inf = nan (sigmoid(-100) was nan); nan must stay nan.
+    x = torch.cat([torch.linspace(-1000.0, 300.0, 20_001), torch.tensor([math.nan])]).to(dtype)
+    _, (got,) = _run(fn, x)
+    want = fn(x)
+    assert not torch.isnan(got[:-1]).any(), x[:-1][torch.isnan(got[:-1])][:5]
+    atol = 1e-6 if dtype == torch.float32 else 1e-12  # gelu-tanh's exp form vs torch's tanh form near 0
+    torch.testing.assert_close(got[:-1], want[:-1], rtol=2e-6, atol=atol)
+    assert math.isnan(got[-1].item())
+
+
+def test_sigmoid_at_the_infinities():
+    _, (got,) = _run(_sigmoid, torch.tensor([-math.inf, math.inf, 0.0]))
+    assert 0.0 <= got[0].item() < 1e-30  # 1 / (1 + e^80) with the cap: zero to any tolerance
+    assert got[1:].tolist() == [1.0, 0.5]
