@@ -53,7 +53,6 @@ def _gen(seed=0):
     return torch.Generator().manual_seed(seed)
 
 
-@pytest.mark.parametrize("approximate", ["none", "tanh"])
 def softmax(x):
     return torch.softmax(x, -1)
 
@@ -166,3 +165,44 @@ def test_malformed_config_and_row_cache_limit():
         reduction_cpp.render(problem, Config({**default, "rows_per_task": 3}), target)
     with pytest.raises(ValueError):
         reduction_cpp.render(problem, Config({"rows_per_task": 1}), target)
+
+
+@pytest.mark.parametrize("fn", [softmax, log_softmax])
+@pytest.mark.parametrize("shape", [(5, 3, 700), (1, 1000), (9, 4096)])
+def test_prefetching_and_in_place_row_cache(fn, shape):
+    """Rows not a multiple of the prefetch block, 3-d leading dims and one row, both passes prefetching."""
+    x = torch.randn(*shape, generator=_gen()) * 3
+    graph, problem, kernel = build(fn, x, template="reduction", cache_row=True, online=False, prefetch=True)
+    assert ("__builtin_prefetch" in kernel.source.text) == (problem.rows > 1)  # one row has no next row
+    assert "aligned_alloc" not in kernel.source.text  # the cached exp lives in the output row
+    check(fn, x, template="reduction", cache_row=True, online=False, prefetch=True)
+    check(fn, x, template="reduction", online=True, cache_row=False, chunk=256, prefetch=True)
+
+
+def x_times_softmax(x):
+    return x * torch.softmax(x, -1)
+
+
+@pytest.mark.parametrize("fn", [softmax, log_softmax, x_times_softmax])
+def test_out_aliasing_the_input_still_reads_each_element_before_overwriting_it(fn):
+    x = torch.randn(16, 3000, generator=_gen(3)) * 3
+    want = fn(x)
+    _, _, kernel = build(fn, x, template="reduction", cache_row=True, online=False, prefetch=True)
+    # the output pass of x * softmax(x) reads x again: its exp must not be kept in the output row
+    assert ("aligned_alloc" in kernel.source.text) == (fn is x_times_softmax)
+    kernel(x, x)
+    torch.testing.assert_close(x, want, **TOL[torch.float32])
+
+
+def test_half_outputs_keep_a_separate_float_row_cache():
+    x = (torch.randn(6, 2500, generator=_gen(4)) * 3).to(torch.float16)
+    _, _, kernel = build(softmax, x, template="reduction", cache_row=True, online=False)
+    assert "aligned_alloc" in kernel.source.text  # float values cannot live in a float16 output row
+    check(softmax, x, template="reduction", cache_row=True, online=False)
+
+
+def test_default_prefetches_long_rows_only():
+    target = Target.current("cpp")
+    for shape, want in (((64, 4096), True), ((64, 64), False), ((4096,), False)):
+        problem = match(kernelgen.trace(softmax, torch.randn(*shape)))[1]
+        assert reduction_cpp.space(problem, target).default()["prefetch"] is want, shape
