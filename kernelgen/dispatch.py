@@ -92,8 +92,35 @@ def _advise_huge(tensor: Any) -> None:
 
 
 def _signature_key(args: tuple) -> tuple:
-    """Everything a kernel is specialised on, cheaply: dtype, shape, strides and device class per tensor."""
-    return tuple([(a.dtype, a.shape, a.stride(), a.is_cpu) for a in args])
+    """Everything a kernel is specialised on, cheaply: dtype, shape, strides and device class per tensor,
+    in one flat tuple. Calls with one to four tensors use the unrolled twins below, which skip the loop
+    and the per-tensor tuples (about 1 µs of a 5 µs dispatch budget with three tensors)."""
+    return tuple([v for a in args for v in (a.dtype, a.shape, a.stride(), a.is_cpu)])
+
+
+def _key1(args: tuple) -> tuple:
+    (a,) = args
+    return (a.dtype, a.shape, a.stride(), a.is_cpu)
+
+
+def _key2(args: tuple) -> tuple:
+    a, b = args
+    return (a.dtype, a.shape, a.stride(), a.is_cpu, b.dtype, b.shape, b.stride(), b.is_cpu)
+
+
+def _key3(args: tuple) -> tuple:
+    a, b, c = args
+    return (a.dtype, a.shape, a.stride(), a.is_cpu, b.dtype, b.shape, b.stride(), b.is_cpu,
+            c.dtype, c.shape, c.stride(), c.is_cpu)
+
+
+def _key4(args: tuple) -> tuple:
+    a, b, c, d = args
+    return (a.dtype, a.shape, a.stride(), a.is_cpu, b.dtype, b.shape, b.stride(), b.is_cpu,
+            c.dtype, c.shape, c.stride(), c.is_cpu, d.dtype, d.shape, d.stride(), d.is_cpu)
+
+
+_KEYS = (_signature_key, _key1, _key2, _key3, _key4)
 
 
 class CompiledFunction:
@@ -122,8 +149,7 @@ class CompiledFunction:
         if kwargs:
             args = self._bind(args, kwargs)
         try:
-            # inline signature key (a list comprehension is ~2x cheaper than a generator here)
-            key = tuple([(a.dtype, a.shape, a.stride(), a.is_cpu) for a in args])
+            key = (_KEYS[len(args)] if len(args) < 5 else _signature_key)(args)
             entry = self._cache[key]
         except KeyError:
             entry = self._prepare(args, key)
