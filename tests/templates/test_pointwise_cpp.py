@@ -170,3 +170,22 @@ def test_loading_kernels_leaves_denormals_alone():
     after = _mxcsr()
     assert after & 0x8040 == before & 0x8040  # FTZ (bit 15) and DAZ (bit 6) unchanged
     assert float(torch.tensor(1e-40) * 1.0) != 0.0
+
+
+@pytest.mark.parametrize("count", [3, 20], ids=["pointer-arguments", "pointer-array"])
+def test_launch_passes_every_pointer_in_order(count):
+    """Up to MAX_POINTER_ARGS tensors go as arguments of <entry>_kgargs, more through the pointer array."""
+    from kernelgen.backends.cpp import MAX_POINTER_ARGS
+
+    names = [f"x{i}" for i in range(count)]  # torch.fx traces named parameters, not *args
+    weighted_sum = eval(f"lambda {', '.join(names)}: " + " + ".join(f"{n} * {i + 1}.0" for i, n in enumerate(names)))
+
+    xs = [torch.randn(5, 7, generator=torch.Generator().manual_seed(i)) for i in range(count)]
+    graph = kernelgen.trace(weighted_sum, *xs)
+    tpl, problem = match(graph)
+    target = Target.current("cpp")
+    kernel = get_backend("cpp").compile(tpl.render(problem, tpl.default_config(problem, target), target))
+    assert (kernel._args_fn is not None) == (count + 1 <= MAX_POINTER_ARGS)
+    out = torch.empty(5, 7)
+    kernel.launch(*xs, out)
+    torch.testing.assert_close(out, weighted_sum(*xs))
