@@ -1,6 +1,6 @@
 """The C++ attention template against torch's scaled_dot_product_attention and the IR reference: causal and
 not, q_len != kv_len both ways, head dims 64 and 40, v_dim != head_dim, strided and rank-3 inputs,
-fp16/bf16/fp64, several configs of the space."""
+fp16/bf16/fp64, several configs of the space; on this machine's ISA and, on an AVX-512 host, its AVX2 view."""
 
 from __future__ import annotations
 
@@ -22,6 +22,11 @@ pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="n
 TOL = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.float64: dict(rtol=1e-10, atol=1e-10),
        torch.float16: dict(rtol=3e-3, atol=3e-3), torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
 TARGET = Target.current("cpp")
+# The same machine seen as AVX2 only: on an AVX-512 host this renders (and runs) the 32-byte vector code too,
+# so both ISAs' code is checked whichever machine CI lands on.
+AVX2_VIEW = Target(**{**TARGET.__dict__, "features": tuple(f for f in TARGET.features if not f.startswith("avx512"))})
+TARGETS = [TARGET] if AVX2_VIEW == TARGET else [TARGET, AVX2_VIEW]
+by_isa = pytest.mark.parametrize("target", TARGETS, ids=lambda t: "avx512" if "avx512f" in t.features else "avx2")
 
 
 def sdpa(causal: bool = False, scale: float | None = None) -> Any:
@@ -35,10 +40,10 @@ def problem_of(fn: Any, *inputs: Any) -> Any:
     return found[1]
 
 
-def check(fn: Any, *inputs: Any, threads: int | None = None, **overrides: Any) -> None:
+def check(fn: Any, *inputs: Any, threads: int | None = None, target: Target = TARGET, **overrides: Any) -> None:
     problem = problem_of(fn, *inputs)
-    config = Config({**attention_cpp.space(problem, TARGET).default().to_json(), **overrides})
-    kernel = get_backend("cpp").compile(attention_cpp.render(problem, config, TARGET))
+    config = Config({**attention_cpp.space(problem, target).default().to_json(), **overrides})
+    kernel = get_backend("cpp").compile(attention_cpp.render(problem, config, target))
     if threads is not None:
         kernel.num_threads = threads
     spec = problem.graph.output_specs[0]
@@ -55,13 +60,36 @@ def qkv(b: int, h: int, lq: int, lk: int, d: int, dv: int | None = None, dtype: 
             torch.randn(b, h, lk, dv or d).to(dtype))
 
 
-def test_default_config_is_valid_and_blocks_must_fit_l2() -> None:
+def lanes(target: Target, dtype: str = "float32") -> int:
+    return attention_cpp.vector_isa(target)[0] // (8 if dtype == "float64" else 4)
+
+
+@by_isa
+def test_default_config_is_valid_and_blocks_must_fit_l2(target: Target) -> None:
     problem = problem_of(sdpa(), *qkv(1, 2, 64, 64, 128))
-    space = attention_cpp.space(problem, TARGET)
+    space = attention_cpp.space(problem, target)
     assert space.is_valid(space.default())
-    small = Target(**{**TARGET.__dict__, "caches": FrozenMap(l1d=32768, l2=64 * 1024, l3=2**25)})
+    small = Target(**{**target.__dict__, "caches": FrozenMap(l1d=32768, l2=96 * 1024, l3=2**25)})
     assert not attention_cpp.space(problem, small).is_valid(space.default())
     assert attention_cpp.space(problem, small).is_valid(attention_cpp.space(problem, small).default())
+
+
+@by_isa
+def test_vector_width_and_register_file_follow_the_target(target: Target) -> None:
+    problem = problem_of(sdpa(), *qkv(1, 2, 64, 64, 64))
+    space = attention_cpp.space(problem, target)
+    default = space.default()
+    vector_bytes, registers = attention_cpp.vector_isa(target)
+    n = lanes(target)
+    assert f"VBYTES = {vector_bytes};" in attention_cpp.render(problem, default, target).text
+    assert default["NR"] % n == 0
+    assert not space.is_valid(Config({**default.to_json(), "NR": n // 2}))  # half a vector
+    # 12 rows of 2 vectors: 27 registers, which only AVX-512's 32 hold
+    big = Config({"BLOCK_M": 6 * n, "BLOCK_N": 64, "MR": 12, "NR": 2 * n})
+    assert space.is_valid(big) == (registers == 32), space.violations(big)
+    if registers == 32:
+        used = default["MR"] * default["NR"] // n + default["NR"] // n + 1
+        assert used > 16  # more vector registers than AVX2 has
 
 
 def test_one_query_gets_a_small_query_block_and_is_correct() -> None:
@@ -77,48 +105,73 @@ def test_invalid_config_is_rejected_by_render() -> None:
         attention_cpp.render(problem, Config({"BLOCK_M": 32, "BLOCK_N": 64, "MR": 6, "NR": 16}), TARGET)
 
 
+@by_isa
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_more_keys_than_queries_head_dim_64(causal: bool) -> None:
-    check(sdpa(causal), *qkv(2, 3, 70, 150, 64), threads=2)
+def test_more_keys_than_queries_head_dim_64(causal: bool, target: Target) -> None:
+    check(sdpa(causal), *qkv(2, 3, 70, 150, 64), threads=2, target=target)
 
 
-def test_causal_more_queries_than_keys_ragged_dims() -> None:
+@by_isa
+def test_causal_more_queries_than_keys_ragged_dims(target: Target) -> None:
     # head dim 40 and v_dim 36 are no multiples of the vector tiles; query rows past kv_len see every key
-    check(sdpa(True), *qkv(1, 2, 150, 70, 40, 36))
+    check(sdpa(True), *qkv(1, 2, 150, 70, 40, 36), target=target)
 
 
+# BLOCK_M and NR in fp32 vectors ("BMV", "NRV"): one vector is 8 lanes with AVX2 and 16 with AVX-512.
 CONFIGS = [
-    {"BLOCK_M": 16, "BLOCK_N": 16, "MR": 2, "NR": 8},
-    {"BLOCK_M": 48, "BLOCK_N": 32, "MR": 6, "NR": 16},  # a ragged group of keys in every block
-    {"BLOCK_M": 24, "BLOCK_N": 64, "MR": 3, "NR": 24},
+    {"BMV": 1, "BLOCK_N": 16, "MR": 2, "NRV": 1},
+    {"BMV": 3, "BLOCK_N": 32, "MR": 6, "NRV": 1},  # a ragged group of keys in every block
+    {"BMV": 3, "BLOCK_N": 64, "MR": 3, "NRV": 3},
+    {"BMV": 4, "BLOCK_N": 128, "MR": 4, "NRV": 2},
 ]
 
 
+def in_lanes(overrides: dict, target: Target) -> dict:
+    n = lanes(target)
+    out = {k: v for k, v in overrides.items() if k not in ("BMV", "NRV")}
+    out.update({name: overrides[key] * n for key, name in (("BMV", "BLOCK_M"), ("NRV", "NR")) if key in overrides})
+    return out
+
+
+@by_isa
 @pytest.mark.parametrize("overrides", CONFIGS, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
-def test_configs_from_the_space(overrides: dict) -> None:
+def test_configs_from_the_space(overrides: dict, target: Target) -> None:
+    config = in_lanes(overrides, target)
     problem = problem_of(sdpa(True), *qkv(1, 2, 77, 77, 40))
-    assert attention_cpp.space(problem, TARGET).is_valid(Config(overrides))
-    check(sdpa(True), *qkv(1, 2, 77, 77, 40), **overrides)
+    assert attention_cpp.space(problem, target).is_valid(Config(config)), config
+    check(sdpa(True), *qkv(1, 2, 77, 77, 40), target=target, **config)
 
 
-def test_rank3_inputs_and_explicit_scale() -> None:
+def test_twelve_row_tiles_with_avx512() -> None:
+    if attention_cpp.vector_isa(TARGET)[1] < 32:
+        pytest.skip("12x2-vector tiles need 32 vector registers")
+    check(sdpa(True), *qkv(1, 2, 130, 150, 64), BLOCK_M=96, BLOCK_N=64, MR=12, NR=32)
+
+
+@by_isa
+def test_rank3_inputs_and_explicit_scale(target: Target) -> None:
     q, k, v = (t[0] for t in qkv(1, 2, 33, 45, 24))
-    check(sdpa(False, scale=0.3), q, k, v)
+    check(sdpa(False, scale=0.3), q, k, v, target=target)
 
 
-def test_strided_inputs_in_bshd_layout() -> None:
+@by_isa
+def test_strided_inputs_in_bshd_layout(target: Target) -> None:
     # [batch, seq, heads, dim] storage seen as [batch, heads, seq, dim]: K and V rows are read in place
     q, k, v = (torch.randn(2, s, 3, 64).transpose(1, 2) for s in (50, 90, 90))
-    check(sdpa(True), q, k, v, threads=2)
+    check(sdpa(True), q, k, v, threads=2, target=target)
 
 
-def test_float16_causal() -> None:
-    check(sdpa(True), *qkv(1, 2, 100, 100, 64, dtype=torch.float16))
+@by_isa
+def test_float16_causal(target: Target) -> None:
+    check(sdpa(True), *qkv(1, 2, 100, 100, 64, dtype=torch.float16), target=target)
 
 
-def test_bfloat16() -> None:
-    check(sdpa(), *qkv(1, 2, 50, 77, 32, dtype=torch.bfloat16))
+@by_isa
+def test_bfloat16(target: Target) -> None:
+    check(sdpa(), *qkv(1, 2, 50, 77, 32, dtype=torch.bfloat16), target=target)
 
 
-def test_float64() -> None:
-    check(sdpa(True), *qkv(1, 2, 50, 77, 32, dtype=torch.float64), MR=4, NR=8)
+@by_isa
+def test_float64(target: Target) -> None:
+    # NR = 8 doubles: one zmm, or two ymm
+    check(sdpa(True), *qkv(1, 2, 50, 77, 32, dtype=torch.float64), target=target, MR=4, NR=8)
