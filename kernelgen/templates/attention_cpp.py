@@ -2,10 +2,14 @@
 
 Each task is one (batch, head, block of BLOCK_M queries): it keeps a running row max, row sum and a
 rescaled output accumulator while it walks BLOCK_N keys at a time, computing Q·Kᵀ and P·V with an
-MR×NR register micro-tile (GCC vector extensions: zmm with AVX-512, ymm otherwise). Causal attention follows
-``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``, which the reference evaluates:
-query i sees keys 0..i (top-left alignment, also when q_len != kv_len); key blocks past a query block's
-last visible key are skipped, not masked.
+MR×NR register micro-tile (GCC vector extensions: zmm with AVX-512, ymm otherwise). Scores are kept
+transposed (Sᵀ[key][query]) so the softmax runs along vector lanes of queries: the Q·Kᵀ tile folds each
+query's block max in as it stores its scores (and applies the causal mask), one pass per vector of
+queries turns scores into probabilities with an inline polynomial exp, and the P·V tile rescales the
+output rows it loads by exp(old max - new max), so there is no separate max or rescale pass. Causal
+attention follows ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``, which the
+reference evaluates: query i sees keys 0..i (top-left alignment, also when q_len != kv_len); key blocks
+past a query block's last visible key are skipped, not masked.
 """
 
 from __future__ import annotations
@@ -92,16 +96,51 @@ static constexpr int64_t DVP = (DV + VL - 1) / VL * VL;  // output rows padded t
 static constexpr bool K_DIRECT = K_NATIVE && K_SD == 1;
 static constexpr bool V_DIRECT = V_NATIVE && V_SD == 1 && DV % VL == 0;
 
+// e^x for the softmax's x <= 0 on a whole vector, inline (no libmvec call, no special-case handling):
+// x = n ln2 + t with |t| <= ln2/2, e^t by a Taylor polynomial (degree 6 for float, 11 for double, both below
+// the type's rounding error there), 2^n through the exponent bits. Where 2^n would be subnormal (x below
+// about -87 in float, -708 in double) the result is 0, which is what masked scores need.
+static inline vacc vexp(vacc x) {
+  constexpr bool F32 = sizeof(acc_t) == 4;
+  typedef std::conditional_t<F32, int32_t, int64_t> ibits;
+  typedef ibits vint __attribute__((vector_size(VBYTES)));
+  const acc_t lo = F32 ? acc_t(-87.0) : acc_t(-708.0);
+  const vacc xc = x < lo ? vacc{} + lo : x;
+  // n = round(x / ln2): truncation of a negative number minus one half rounds to nearest
+  const vint ni = __builtin_convertvector(xc * acc_t(1.4426950408889634) - acc_t(0.5), vint);
+  const vacc n = __builtin_convertvector(ni, vacc);
+  // ln2 split in two: n * LN2_HI is exact, so t keeps its low bits (written as two steps; -ffast-math may
+  // fuse them into FMAs, which only helps)
+  const vacc t = (xc - n * acc_t(F32 ? 0.693145751953125 : 0.6931471803691238)) -
+                 n * acc_t(F32 ? 1.428606765330187e-06 : 1.9082149292705877e-10);
+  constexpr int DEG = F32 ? 6 : 11;
+  acc_t inv_fact[DEG + 1] = {1};
+  for (int i = 1; i <= DEG; ++i) inv_fact[i] = inv_fact[i - 1] / acc_t(i);  // folded by the compiler
+  vacc p = vacc{} + inv_fact[DEG];
+#pragma GCC unroll 16
+  for (int i = DEG - 1; i >= 0; --i) p = p * t + inv_fact[i];
+  const vint bits = (ni + (F32 ? 127 : 1023)) << (F32 ? 23 : 52);
+  const vacc r = p * (vacc)bits;
+  return x < lo ? vacc{} : r;
+}
+
+// What the micro-tile does with its sums: store them; store them and fold their column maxima into `vec`
+// (rows past `nrows` are padding and excluded); the same with the causal mask applied first (score of key
+// row r in column j masked when j < off + r); or add them to c after scaling c's row r by vec[r].
+enum Epilogue { STORE_MAX, STORE_MAX_CAUSAL, ACCUMULATE_SCALED };
+
 // c[RB][CB] (+)= sum_k a[r * lda + k * ldk] * b[k * ldb + j]: the register micro-tile of both products.
-template <int RB, int CB, bool ACCUMULATE>
+template <int RB, int CB, Epilogue EPI>
 static inline void tile(int64_t kd, const acc_t* __restrict a, int64_t lda, int64_t ldk, const acc_t* __restrict b,
-                        int64_t ldb, acc_t* __restrict c, int64_t ldc) {
+                        int64_t ldb, acc_t* __restrict c, int64_t ldc, acc_t* __restrict vec, int64_t nrows = RB,
+                        int64_t off = 0) {
   constexpr int NV = CB / VL;
   vacc s[RB][NV];
 #pragma GCC unroll 16
   for (int r = 0; r < RB; ++r)
 #pragma GCC unroll 16
-    for (int j = 0; j < NV; ++j) s[r][j] = ACCUMULATE ? (vacc)*(const vacc_u*)(c + r * ldc + j * VL) : vacc{};
+    for (int j = 0; j < NV; ++j)
+      s[r][j] = EPI == ACCUMULATE_SCALED ? (vacc)*(const vacc_u*)(c + r * ldc + j * VL) * vec[r] : vacc{};
 #pragma GCC unroll 2
   for (int64_t k = 0; k < kd; ++k) {
     vacc bv[NV];
@@ -114,10 +153,30 @@ static inline void tile(int64_t kd, const acc_t* __restrict a, int64_t lda, int6
       for (int j = 0; j < NV; ++j) s[r][j] += av * bv[j];
     }
   }
+  if constexpr (EPI == ACCUMULATE_SCALED) {
 #pragma GCC unroll 16
-  for (int r = 0; r < RB; ++r)
+    for (int r = 0; r < RB; ++r)
 #pragma GCC unroll 16
-    for (int j = 0; j < NV; ++j) *(vacc_u*)(c + r * ldc + j * VL) = s[r][j];
+      for (int j = 0; j < NV; ++j) *(vacc_u*)(c + r * ldc + j * VL) = s[r][j];
+  } else {
+    vacc lane;
+    for (int l = 0; l < VL; ++l) lane[l] = acc_t(l);
+    vacc m[NV];
+#pragma GCC unroll 16
+    for (int j = 0; j < NV; ++j) m[j] = *(const vacc_u*)(vec + j * VL);
+#pragma GCC unroll 16
+    for (int r = 0; r < RB; ++r) {
+#pragma GCC unroll 16
+      for (int j = 0; j < NV; ++j) {
+        vacc x = s[r][j];
+        if (EPI == STORE_MAX_CAUSAL) x = lane + acc_t(j * VL) < acc_t(off + r) ? vacc{} + NEG_BIG : x;
+        *(vacc_u*)(c + r * ldc + j * VL) = x;
+        if (r < nrows) m[j] = x > m[j] ? x : m[j];
+      }
+    }
+#pragma GCC unroll 16
+    for (int j = 0; j < NV; ++j) *(vacc_u*)(vec + j * VL) = m[j];
+  }
 }
 
 struct Scratch {
@@ -140,7 +199,7 @@ static void attend_block(void* const* ptrs, int64_t b, int64_t h, int64_t i0, ac
   acc_t* __restrict ob = st + (BN + MR) * BM; // [BM][DVP]: output accumulator
   acc_t* __restrict mx = ob + BM * DVP;       // [BM] running max
   acc_t* __restrict sum = mx + BM;            // [BM] running sum
-  acc_t* __restrict alpha = sum + BM;         // [BM] rescale factor of the current block
+  acc_t* __restrict alpha = sum + BM;         // [BM] this block's max, then the rescale factor
   acc_t* __restrict part = alpha + BM;        // [BM] this block's probability sums
   const int64_t rows = std::min<int64_t>(BM, LQ - i0);
   for (int64_t r = 0; r < BM; ++r) {
@@ -178,63 +237,60 @@ static void attend_block(void* const* ptrs, int64_t b, int64_t h, int64_t i0, ac
       vrows = vb;
       ldv = DVP;
     }
-    // S^T = K Q^T, MR keys by NR queries at a time; a ragged last group of keys goes through zeroed rows.
-    int64_t j = 0;
-    for (; j + MR <= kc; j += MR)
-      for (int64_t c = 0; c < BM; c += NR) tile<MR, NR, false>(D, krows + j * lda, lda, 1, qt + c, BM, st + j * BM + c, BM);
-    if (j < kc) {  // rows past kc produce scores in st's slack rows, never read
-      const acc_t* rows_k = kb + j * D;
-      if (K_DIRECT) {
+    // S^T = K Q^T, MR keys by NR queries at a time, folding each query's block max into alpha as the tiles
+    // are stored. Keys later than a query (causal) are masked in the tile; a ragged last group of keys goes
+    // through zeroed rows whose scores land in st's slack rows, never read and kept out of the max.
+    for (int64_t r = 0; r < BM; ++r) alpha[r] = mx[r];
+    for (int64_t j = 0; j < kc; j += MR) {
+      const acc_t* rows_k = krows + j * lda;
+      int64_t ld = lda;
+      if (j + MR > kc) {
         for (int64_t r = 0; r < MR; ++r)
           for (int64_t d = 0; d < D; ++d) pad[r * D + d] = j + r < kc ? krows[(j + r) * lda + d] : acc_t(0);
         rows_k = pad;
+        ld = D;
       }
-      for (int64_t c = 0; c < BM; c += NR) tile<MR, NR, false>(D, rows_k, D, 1, qt + c, BM, st + j * BM + c, BM);
-    }
-    // Online softmax along keys, vectorised over the block's queries.
-    const bool diagonal = CAUSAL && j0 + kc - 1 > i0;  // some key is later than the first query
-    for (int64_t r = 0; r < BM; ++r) { alpha[r] = mx[r]; part[r] = 0; }
-    for (int64_t jj = 0; jj < kc; ++jj) {
-      const acc_t* __restrict srow = st + jj * BM;
-      if (diagonal) {
-        for (int64_t r = 0; r < BM; ++r) alpha[r] = std::max(alpha[r], j0 + jj <= i0 + r ? srow[r] : NEG_BIG);
-      } else {
-        for (int64_t r = 0; r < BM; ++r) alpha[r] = std::max(alpha[r], srow[r]);
+      const int64_t nrows = std::min<int64_t>(MR, kc - j);
+      for (int64_t c = 0; c < BM; c += NR) {
+        const int64_t off = j0 + j - (i0 + c);  // key row r is masked in columns < off + r
+        if (CAUSAL && off + MR - 1 > 0)
+          tile<MR, NR, STORE_MAX_CAUSAL>(D, rows_k, ld, 1, qt + c, BM, st + j * BM + c, BM, alpha + c, nrows, off);
+        else
+          tile<MR, NR, STORE_MAX>(D, rows_k, ld, 1, qt + c, BM, st + j * BM + c, BM, alpha + c, nrows);
       }
     }
-    for (int64_t r = 0; r < BM; ++r) {  // alpha holds the new max here
-      const acc_t m = alpha[r];
-      alpha[r] = std::exp(mx[r] - m);
-      mx[r] = m;
-    }
-    for (int64_t jj = 0; jj < kc; ++jj) {
-      acc_t* __restrict srow = st + jj * BM;
-      if (diagonal) {
-        for (int64_t r = 0; r < BM; ++r) {
-          const acc_t p = j0 + jj <= i0 + r ? std::exp(srow[r] - mx[r]) : acc_t(0);
-          srow[r] = p;
-          part[r] += p;
-        }
-      } else {
-        for (int64_t r = 0; r < BM; ++r) {
-          const acc_t p = std::exp(srow[r] - mx[r]);
-          srow[r] = p;
-          part[r] += p;
-        }
+    // Online softmax along keys, one vector of queries at a time: its max, running sum and block sum stay
+    // in registers while it walks the block's scores (a column of S^T), turning them into probabilities.
+    for (int64_t c = 0; c < BM; c += VL) {
+      const vacc m_old = *(const vacc_u*)(mx + c), m = *(const vacc_u*)(alpha + c);
+      const vacc a = vexp(m_old - m);
+      vacc p0 = vacc{}, p1 = vacc{};
+      int64_t jj = 0;
+      for (; jj + 2 <= kc; jj += 2) {  // two sums: the adds' latency does not serialise the walk
+        acc_t* __restrict s0 = st + jj * BM + c;
+        const vacc e0 = vexp(*(const vacc_u*)s0 - m), e1 = vexp(*(const vacc_u*)(s0 + BM) - m);
+        *(vacc_u*)s0 = e0;
+        *(vacc_u*)(s0 + BM) = e1;
+        p0 += e0;
+        p1 += e1;
       }
-    }
-    for (int64_t r = 0; r < BM; ++r) {
-      sum[r] = sum[r] * alpha[r] + part[r];
-      if (alpha[r] != acc_t(1)) {
-        acc_t* __restrict orow = ob + r * DVP;
-        for (int64_t d = 0; d < DVP; ++d) orow[d] *= alpha[r];
+      if (jj < kc) {
+        acc_t* __restrict s0 = st + jj * BM + c;
+        const vacc e0 = vexp(*(const vacc_u*)s0 - m);
+        *(vacc_u*)s0 = e0;
+        p0 += e0;
       }
+      *(vacc_u*)(sum + c) = *(const vacc_u*)(sum + c) * a + (p0 + p1);
+      *(vacc_u*)(mx + c) = m;
+      *(vacc_u*)(alpha + c) = a;
     }
-    // O += P^T V, MR queries by NR value columns at a time.
+    // O = diag(alpha) O + P^T V, MR queries by NR value columns at a time; the rescale rides on the tile's loads.
     for (int64_t r = 0; r < BM; r += MR) {
       int64_t c = 0;
-      for (; c + NR <= DVP; c += NR) tile<MR, NR, true>(kc, st + r, 1, BM, vrows + c, ldv, ob + r * DVP + c, DVP);
-      for (; c < DVP; c += VL) tile<MR, VL, true>(kc, st + r, 1, BM, vrows + c, ldv, ob + r * DVP + c, DVP);
+      for (; c + NR <= DVP; c += NR)
+        tile<MR, NR, ACCUMULATE_SCALED>(kc, st + r, 1, BM, vrows + c, ldv, ob + r * DVP + c, DVP, alpha + r);
+      for (; c < DVP; c += VL)
+        tile<MR, VL, ACCUMULATE_SCALED>(kc, st + r, 1, BM, vrows + c, ldv, ob + r * DVP + c, DVP, alpha + r);
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
@@ -283,7 +339,7 @@ def render(problem: AttentionProblem, config: Config, target: Target) -> Source:
     for name, operand in (("Q", p.q), ("K", p.k), ("V", p.v)):
         consts.update({f"{name}_S{axis}": stride for axis, stride in zip("BHSD", operand.strides)})
     header = [
-        "#include <cstdlib>", "#include <algorithm>",
+        "#include <cstdlib>", "#include <algorithm>", "#include <type_traits>",
         f"typedef {acc} acc_t;",
         *(f"typedef {cpp_expr.storage_type(op.dtype)} {name}_t;" for name, op in (("q", p.q), ("k", p.k), ("v", p.v))),
         f"typedef {cpp_expr.storage_type(p.out_dtype)} out_t;",
