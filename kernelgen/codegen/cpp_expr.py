@@ -68,6 +68,24 @@ static inline float kg_capf(float x, float cap) {
 static inline double kg_cap(double x, double cap) {
   return (__builtin_bit_cast(uint64_t, x) << 1) > (0x7ff0000000000000ull << 1) ? x : (x > cap ? cap : x);
 }
+// e^x for x <= 0 (softmax's x - max(x)), inline: gcc vectorises it in the loop, where libmvec's expf is a
+// call that spills the loop's vectors (logsumexp [8192, 4096] fp32: 18.0 -> 15.2 ms). x = k ln2 + r with
+// |r| <= ln2/2 and e^r = 1 + r + r^2 q(r), q fitted for least relative error (3.8e-9 before float rounding);
+// 2^k goes straight into the exponent bits, valid for k >= -125, so x below -86.6 gives 0 (e^x < 2.4e-38).
+static inline float kg_exp_nonpos_f(float x) {
+  const float xc = x < -86.6f ? -86.6f : x;
+  const float k = __builtin_rintf(xc * 1.44269504088896341f);
+  float r = __builtin_fmaf(k, -0.693145751953125f, xc);  // ln2 in two parts: k * high part is exact
+  r = __builtin_fmaf(k, -1.428606765330187045e-06f, r);
+  float q = 0.001381461275741458f;
+  q = __builtin_fmaf(q, r, 0.008368710055947304f);
+  q = __builtin_fmaf(q, r, 0.04166838899254799f);
+  q = __builtin_fmaf(q, r, 0.1666652113199234f);
+  q = __builtin_fmaf(q, r, 0.4999999403953552f);
+  const float p = __builtin_fmaf(r * r, q, r) + 1.0f;
+  const float e = __builtin_bit_cast(float, __builtin_bit_cast(int32_t, p) + ((int32_t)k << 23));
+  return x < -86.6f ? 0.0f : e;
+}
 """
 """C++ helpers every source using this module must include once, before its kernels."""
 
@@ -227,6 +245,8 @@ def op_expr(graph: Graph, node_id: int, args: Sequence[str]) -> str:
         return _pow(graph, node, xs, fn, ctype, floating)
     if not floating:  # remaining ops are float math; the IR gives them a float dtype
         raise ValueError(f"op {op} of integer dtype {node.spec.dtype} at %{node_id} has no C++ rule")
+    if op == "exp" and ctype == "float" and _is_minus_its_max(graph, node.inputs[0]):
+        return f"kg_exp_nonpos_f({x})"
     if op in ("exp", "log", "sqrt", "tanh", "erf"):
         return f"{fn[op]}({x})"
     if op == "rsqrt":
@@ -244,6 +264,15 @@ def op_expr(graph: Graph, node_id: int, args: Sequence[str]) -> str:
             return f"({x} / ({one} + {_capped_exp(fn, f'{c0} * ({x} + {c1} * {x} * {x} * {x})', ctype)}))"
         return f"({half} * {x} * ({one} + {fn['erf']}({x} * {literal(math.sqrt(0.5), operand)})))"
     raise ValueError(f"op {op} at %{node_id} has no C++ rule")
+
+
+def _is_minus_its_max(graph: Graph, node_id: int) -> bool:
+    """Whether node ``node_id`` is ``a - max(a)`` (over a's last dim), so never positive: softmax's exp input."""
+    node = graph.nodes[node_id]
+    if node.op != "sub":
+        return False
+    a, m = node.inputs
+    return graph.nodes[m].op == "max" and graph.nodes[m].inputs[0] == a
 
 
 def _capped_exp(fn: dict, arg: str, ctype: str) -> str:

@@ -156,3 +156,42 @@ def test_sigmoid_at_the_infinities():
     _, (got,) = _run(_sigmoid, torch.tensor([-math.inf, math.inf, 0.0]))
     assert 0.0 <= got[0].item() < 1e-30  # 1 / (1 + e^80) with the cap: zero to any tolerance
     assert got[1:].tolist() == [1.0, 0.5]
+
+
+def test_exp_of_x_minus_its_max_is_accurate_and_zero_below_the_normal_range():
+    """softmax's exp(x - max(x)) uses the inline kg_exp_nonpos_f, valid for x <= 0 only."""
+    n_sweep = 200001
+    x = torch.cat([-torch.logspace(-9, math.log10(200), n_sweep),
+                   torch.tensor([0.0, -0.0, -86.5, -86.6, -86.7, -87.5, -1e30, -math.inf])]).float()
+    text = (cpp_expr.PRELUDE + 'extern "C" void kg_test(void* const* p, int64_t nt) {\n'
+            "const float* __restrict x = (const float*)p[0]; float* __restrict y = (float*)p[1];\n"
+            f"for (int64_t i = 0; i < {x.numel()}; ++i) y[i] = kg_exp_nonpos_f(x[i]);\n}}\n")
+    kernel = get_backend("cpp").compile(Source("cpp", text, "kg_test"))
+    y = torch.empty_like(x)
+    kernel.launch(x, y)
+    want = torch.exp(x.double())
+    normal = x >= -86.5
+    relative = ((y.double() - want) / want)[normal].abs().max().item()
+    assert relative < 2.5e-7, relative  # about 2 ulp
+    assert (y[x < -86.6] == 0).all()
+    assert (y.double() - want)[~normal].abs().max().item() < 2.5e-38  # flushed only where e^x < 2.4e-38
+
+
+def test_softmax_and_logsumexp_use_the_inline_exp_and_keep_masked_zeros():
+    from kernelgen.templates import match
+    from kernelgen.target import Target
+
+    x = torch.randn(4, 300) * 20
+    x[:, ::7] = -math.inf  # masked positions: exactly 0 after softmax, as in eager
+    for fn in (lambda t: torch.softmax(t, -1), lambda t: torch.logsumexp(t, -1)):
+        graph = kernelgen.trace(fn, x)
+        tpl, problem = match(graph)
+        target = Target.current("cpp")
+        source = tpl.render(problem, tpl.default_config(problem, target), target)
+        assert "kg_exp_nonpos_f(" in source.text.split('extern "C"')[-1]
+        out = torch.empty(graph.output_specs[0].shape)
+        get_backend("cpp").compile(source)(x, out)
+        want = fn(x)
+        torch.testing.assert_close(out, want, rtol=2e-6, atol=2e-6)
+        if out.dim() == 2:
+            assert (out[:, ::7] == 0).all()
