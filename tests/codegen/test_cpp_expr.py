@@ -18,7 +18,7 @@ from kernelgen.backends import get_backend
 from kernelgen.codegen import cpp_expr
 from kernelgen.ir import ELEMENTWISE_OPS
 from kernelgen.reference import evaluate
-from kernelgen.values import FrozenMap, Source
+from kernelgen.values import FrozenMap, Source, TensorSpec
 
 pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")
 
@@ -195,3 +195,46 @@ def test_softmax_and_logsumexp_use_the_inline_exp_and_keep_masked_zeros():
         torch.testing.assert_close(out, want, rtol=2e-6, atol=2e-6)
         if out.dim() == 2:
             assert (out[:, ::7] == 0).all()
+
+
+def _float32_sweep() -> torch.Tensor:
+    """Dense around the clamps of the approximations, log-spaced over every magnitude (subnormal to overflow),
+    both signs, plus zeros, the infinities and nan."""
+    mags = torch.logspace(-45.0, 38.5, 300_001, dtype=torch.float64).float()  # ends in 1e-45 and inf
+    specials = torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan, 3.4028235e38, -3.4028235e38, 1e-45])
+    return torch.cat([torch.linspace(-12.0, 12.0, 1_200_001), mags, -mags, specials])
+
+
+def _ulp(x: torch.Tensor) -> torch.Tensor:
+    """Spacing of float32 at |x| (x float64), as float64."""
+    f = x.abs().float()
+    return (torch.nextafter(f, torch.tensor(math.inf)) - f).double()
+
+
+def test_erf_and_tanh_approximations_over_every_magnitude():
+    # kg_erff_approx / kg_tanhf_approx directly (gelu hides most of their error): odd, exact to a few ulp near 0,
+    # +-1 from the clamp on, nan stays nan.
+    x = _float32_sweep()
+    text = (cpp_expr.PRELUDE + 'extern "C" void kg_test(void* const* p, int64_t nt) {\n'
+            "const float* __restrict x = (const float*)p[0];\n"
+            "float* __restrict e = (float*)p[1]; float* __restrict t = (float*)p[2];\n"
+            f"for (int64_t i = 0; i < {x.numel()}; ++i) {{ e[i] = kg_erff_approx(x[i]); t[i] = kg_tanhf_approx(x[i]); }}\n}}\n")
+    spec = TensorSpec((x.numel(),), "float32")
+    sig = json.dumps([spec.to_json()] * 3)
+    kernel = get_backend("cpp").compile(Source("cpp", text, "kg_test", meta=FrozenMap(signature=sig)))
+    got_erf, got_tanh = torch.empty_like(x), torch.empty_like(x)
+    kernel(x, got_erf, got_tanh)
+    for name, got, want, bound in (("erf", got_erf, torch.erf(x.double()), 4e-7),
+                                   ("tanh", got_tanh, torch.tanh(x.double()), 3.5e-7)):
+        assert torch.equal(got.isnan(), x.isnan()), name
+        ok = ~x.isnan()
+        err = (got[ok].double() - want[ok]).abs()
+        assert err.max() <= bound, (name, err.max().item(), x[ok][err.argmax()].item())
+        tiny = ok & (x.abs() < 1e-3)
+        ulps = (got[tiny].double() - want[tiny]).abs() / _ulp(want[tiny])
+        assert ulps.max() <= 4, (name, ulps.max().item(), x[tiny][ulps.argmax()].item())
+        assert torch.equal(got[x.isinf()], x[x.isinf()].sign()), name
+        pos, neg = got[1_200_001:1_500_002], got[1_500_002:1_800_003]  # the log-spaced magnitudes, then negated
+        assert torch.equal(neg, -pos), name
+        assert torch.equal(torch.signbit(got[x == 0]), torch.signbit(x[x == 0])), name  # erf(-0) = -0
+
