@@ -279,7 +279,9 @@ def op_expr(graph: Graph, node_id: int, args: Sequence[str]) -> str:
     if op == "sigmoid":
         return f"({one} / ({one} + {_capped_exp(fn, f'-{x}', ctype)}))"
     if op == "silu":
-        return f"({x} / ({one} + {_capped_exp(fn, f'-{x}', ctype)}))"
+        # x floored like the exp is capped: silu(-1e38) was -1e38 / e^80 = -1800, now -80 / e^80
+        floor = literal(-80.0 if ctype == "float" else -700.0, operand)
+        return f"({fn['max']}({x}, {floor}) / ({one} + {_capped_exp(fn, f'-{x}', ctype)}))"
     if op == "gelu":
         if node.attr("approximate", "none") == "tanh":
             if ctype == "float":  # the inline tanh is ~1.7x faster than the exp form below
