@@ -116,8 +116,9 @@ def space(problem: ReductionProblem, target: Target) -> SearchSpace:
                                       lambda c: not c["cache_row"] or row_bytes <= l2 // 2))
     # Enough rows per task to amortise scheduling and for the next-row prefetch to land in the core that
     # reads it (with one row per task, threads alternate rows), few enough that every thread gets work.
+    # 64 rows of 4096 floats ran 1-6% ahead of 16 for softmax, layer_norm, rmsnorm and logsumexp.
     rows = 1
-    while rows < _ROWS[-1] and rows * problem.row_len < 65536 and rows * 2 * max(1, target.cores) <= problem.rows:
+    while rows < _ROWS[-1] and rows * problem.row_len < 262144 and rows * 2 * max(1, target.cores) <= problem.rows:
         rows *= 2
     # Reusing values (softmax's exp) saves math when they fit near the core. Online fusion saves a pass
     # over the row, which only pays when the row does not stay in L2 for the second pass: two passes with
