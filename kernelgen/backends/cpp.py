@@ -4,8 +4,9 @@ Every rendered source defines ``extern "C" void <entry>(void* const* ptrs, int64
 ``ptrs`` holds the data pointers of the inputs then the outputs; ``num_threads`` is the OpenMP thread
 count (fixed and recorded by the tuner). For launches, the backend appends ``<entry>_kgargs(p0, ..., pN,
 num_threads)`` taking the pointers as arguments: ctypes passes N pointer arguments ~1.5 µs faster than
-it builds an array of them, and dispatch overhead is a budget of 5 µs per call. Objects are cached on disk under a key of source text, flags
-and compiler version, written atomically, so concurrent processes can compile the same kernel safely.
+it builds an array of them, and dispatch overhead is a budget of 5 µs per call. Objects are cached on
+disk under a key of source text, flags and compiler version, written atomically, so concurrent
+processes can compile the same kernel safely.
 
 Why compile and link separately: gcc links ``crtfastmath.o`` into a shared library linked with
 ``-ffast-math``, and loading it turns on flush-to-zero for the whole process, silently changing torch's

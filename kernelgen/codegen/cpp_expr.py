@@ -13,7 +13,9 @@ Typical use inside a loop body whose index is ``i``::
 
 Leaves in ``env`` must already be in ``compute_type`` of their node's dtype (``load`` converts for you).
 The emitted code is plain scalar C++: inside a simple counted loop gcc -O3 -ffast-math vectorises it and
-calls libmvec for expf/logf/erff/tanhf; float gelu uses the inline rationals kg_erff_approx / kg_tanhf_approx.
+calls libmvec for expf/logf/erff/tanhf. Three float cases use inline approximations from ``PRELUDE`` that
+gcc vectorises in place instead: softmax's exp(x - max(x)) (kg_exp_nonpos_f) and gelu's erf and tanh
+(kg_erff_approx / kg_tanhf_approx).
 """
 
 from __future__ import annotations

@@ -257,13 +257,13 @@ class _Row:
 
     def loop(self, roots: list[int], tail: list[str], lo: str = "0", hi: str | None = None,
              indent: str = "      ", store: list[int] = (), prefetch: bool = False,
-             partials: list[int] = ()) -> None:
+             reductions: list[int] = (), partials: bool = False) -> None:
         """A loop over the row computing the element DAG of ``roots``, then ``tail`` (``{n<id>}`` = value),
-        then storing the values ``store`` into their row buffers. With ``prefetch`` the loop runs in
-        blocks, each first prefetching the same stretch of the next row of every streamed load.
-
-        ``partials``: reductions folded into ``acc<id>`` with REDUCE_LANES partial accumulators, so the
-        combine's latency does not serialise the loop (gcc keeps one vector accumulator otherwise)."""
+        folding each of ``reductions`` into ``acc<id>``, then storing the values ``store`` into their row
+        buffers. With ``prefetch`` the loop runs in blocks, each first prefetching the same stretch of the
+        next row of every streamed load. With ``partials`` the reductions go through REDUCE_LANES partial
+        accumulators, so the combine's latency does not serialise the loop (gcc keeps one vector
+        accumulator otherwise)."""
         self.hoist(roots + list(store))
         env = self.elem_env()
         body = cpp_expr.emit(self.g, cpp_expr.dag_nodes(self.g, roots + list(store), env), env)
@@ -271,6 +271,7 @@ class _Row:
         stores = [f"cache{i}[j] = {env[i]};" for i in store]
         hi = hi or str(self.n)
         lanes = REDUCE_LANES
+        partials = reductions if partials else []
         for r in partials:
             node = self.g.nodes[r]
             self.lines.append(f"{indent}{_ctype(self.g, r)} acc{r}_l[{lanes}];")
@@ -287,9 +288,9 @@ class _Row:
                                   f"__builtin_prefetch((const char*)(nx{ld.node} + b) + l, 0, 2);")
             lo, hi, inner = "b", "be", indent + "  "
 
-        def combines(acc: str) -> list[str]:
+        def combines(acc: str, reds: list[int]) -> list[str]:
             return [_combine(self.g.nodes[r].op, self.g.nodes[r].spec.dtype, acc.format(r=r),
-                             env[self.g.nodes[r].inputs[0]]) for r in partials]
+                             env[self.g.nodes[r].inputs[0]]) for r in reds]
 
         if partials and not loads:  # a scope of its own for j0
             self.lines.append(f"{indent}{{")
@@ -299,12 +300,12 @@ class _Row:
             self.lines.append(f"{inner}for (; j0 + {lanes} <= {hi}; j0 += {lanes}) {{")
             self.lines.append(f"{inner}  for (int64_t l = 0; l < {lanes}; ++l) {{")
             self.lines.append(f"{inner}    const int64_t j = j0 + l;")
-            self.lines += [inner + "    " + b for b in body + combines("acc{r}_l[l]") + stores]
+            self.lines += [inner + "    " + b for b in body + combines("acc{r}_l[l]", partials) + stores]
             self.lines.append(f"{inner}  }}")
             self.lines.append(f"{inner}}}")
             lo = "j0"
         self.lines.append(f"{inner}for (int64_t j = {lo}; j < {hi}; ++j) {{")
-        self.lines += [inner + "  " + b for b in body + combines("acc{r}") + stores]
+        self.lines += [inner + "  " + b for b in body + combines("acc{r}", list(reductions)) + stores]
         self.lines.append(f"{inner}}}")
         if loads or partials:
             self.lines.append(f"{indent}}}")
@@ -320,10 +321,8 @@ class _Row:
             self.lines.append(f"      {ctype} acc{r} = {_init(node.op, node.spec.dtype)};")
         # Partials only in passes that store nothing: beside softmax's row-cache stores, gcc kept them in
         # memory and the exp pass slowed down (19.0 -> 23.3 ms), where the exp hides the adds' latency anyway.
-        partials = [] if store else reds
-        tail = [] if partials else [_combine(self.g.nodes[r].op, self.g.nodes[r].spec.dtype, f"acc{r}",
-                                             f"{{n{self.g.nodes[r].inputs[0]}}}") for r in reds]
-        self.loop([self.g.nodes[r].inputs[0] for r in reds], tail, store=store, prefetch=prefetch, partials=partials)
+        self.loop([self.g.nodes[r].inputs[0] for r in reds], [], store=store, prefetch=prefetch, reductions=reds,
+                  partials=not store)
         for r in reds:
             self.lines.append(f"      const {cpp_expr.compute_type(self.g.nodes[r].spec.dtype)} r{r} = acc{r};")
             self.env[r] = f"r{r}"
