@@ -46,6 +46,25 @@ def test_each_signature_gets_its_own_kernel_once():
     assert len(f._cache) == 3
 
 
+def five_way(a, b, c, d, e):
+    return a * b + c * d - e
+
+
+def test_signatures_of_every_arity_tell_layouts_apart():
+    """The unrolled keys (1-4 tensors) and the generic one (5+) must all see shapes and strides."""
+    xs = [torch.randn(6, 8, generator=torch.Generator().manual_seed(i)) for i in range(5)]
+    for fn, n in ((torch.relu, 1), (torch.add, 2), (lambda a, b, c: a * b + c, 3),
+                  (lambda a, b, c, d: a * b + c * d, 4), (five_way, 5)):
+        f = compile(fn, backend="cpp")
+        args = xs[:n]
+        torch.testing.assert_close(f(*args), fn(*args))
+        last_transposed = [*args[:-1], torch.randn(8, 6).t()]
+        torch.testing.assert_close(f(*last_transposed), fn(*last_transposed))
+        taller = [torch.randn(7, 8) for _ in range(n)]
+        torch.testing.assert_close(f(*taller), fn(*taller))
+        assert len(f._cache) == 3, n
+
+
 def test_multiple_outputs_and_reductions():
     def stats(x):
         return torch.softmax(x, -1), x.mean(-1)
