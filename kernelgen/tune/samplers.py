@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import optuna
-from scipy.special import ndtr, ndtri
+from scipy.special import ndtr
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.samplers import BaseSampler
 from optuna.study import Study
@@ -179,13 +179,14 @@ def failure_fill(values: np.ndarray) -> np.ndarray:
 
 
 class BayesSampler(DomainSampler):
-    """Bayesian optimisation over the valid set: a GP on ranked times, expected improvement over unseen configs.
+    """Bayesian optimisation over the valid set: a GP on log times, expected improvement over unseen configs.
 
     ``n_init`` random configs first; then each proposal maximises expected improvement over the valid
     unseen configs (all of them, or ``max_candidates`` random ones plus every unseen neighbour of the five
     best when there are more or the space is too large to enumerate). Parameters are ranks scaled to
-    [0, 1], a log scale for powers of two. Failed configs count as the worst time seen, so the model steers
-    away from regions that fail to compile or launch.
+    [0, 1] (a log scale for powers of two) plus the alignment of integer values (``Domain.model_features``).
+    Failed configs count as the worst time seen, so the model steers away from regions that fail to compile
+    or launch.
     """
 
     def __init__(self, domain: Domain, seed: int | None = None, n_init: int = 10,
@@ -213,13 +214,12 @@ class BayesSampler(DomainSampler):
                 cands = np.unique(np.vstack([cands, np.array(extra, dtype=np.int64)]), axis=0)
         if len(cands) == 0:
             return None
-        X = self.domain.features(np.array(hist.rows, dtype=np.float64))
-        # Normal scores of the ranks: run times are heavy-tailed (a bad tile is 10x slower) and a GP fits
-        # ranks far better than raw cliffs; only the order matters for finding the best.
+        X = self.domain.model_features(np.array(hist.rows))
+        # Log times, not ranks: ranks spread the bulk of mediocre configs as widely as the few fast ones,
+        # and on deceptive landscapes (a region good on average, the optimum elsewhere) that steers EI into
+        # the good-on-average region. Log time keeps how much faster the fast ones are (bench_search.py).
         y = failure_fill(values)
-        ranks = np.argsort(np.argsort(y, kind="stable"), kind="stable")
-        y = ndtri((ranks + 0.5) / len(y))
-        mean, std = self._predict(X, y, self.domain.features(cands.astype(np.float64)))
+        mean, std = self._predict(X, y, self.domain.model_features(cands))
         best = float(y.min())
         z = (best - mean) / std
         ei = (best - mean) * ndtr(z) + std * np.exp(-0.5 * z * z) / np.sqrt(2 * np.pi)
