@@ -314,7 +314,9 @@ def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Ta
             chosen.append(default)  # re-measured alongside, so "speedup over default" compares like with like
         with make_measurer() as measurer:
             results = remeasure(chosen, measurer.measure)
-        best = fastest(results, lambda c: c.key())  # the default too: if it re-measures fastest, it wins
+        # The default too: if it re-measures fastest, it wins. Ties (within TIE_TOLERANCE) go to it as well,
+        # so a config replaces the default only when it is measurably faster, not on a coin flip of noise.
+        best = fastest(results, lambda c: (c != default, c.key()))
         confirmed = commit_verdict(results, best, declare, lambda _c, m: recorder.commit(m),
                                    f"the top {len(chosen)} configs", state)
         records.extend(confirmed)

@@ -156,7 +156,7 @@ def test_implementations_are_compared_side_by_side_and_dispatch_agrees(db) -> No
     graph = relu_add_graph()
     impls = [_Named(graph, "a-fast-under-load"), _Named(graph, "b-slow")]
     measurer = _LoadShiftMeasurer(fast="a-fast-under-load")
-    result = tune_graph(graph, db=db, implementations=impls, measure=measurer, seed=1, trials=8)
+    result = tune_graph(graph, db=db, implementations=impls, measure=measurer, seed=1, trials=16)
     # Each implementation's own confirmed winner says b is faster (a was timed under load) ...
     per_impl = {r.implementation: r for r in result.trials if r.evidence is Evidence.CONFIRMED
                 and r.measurement.message.endswith("configs")}
@@ -189,3 +189,37 @@ def test_a_lucky_search_sample_never_outranks_the_declared_winner(db) -> None:
     result = _tune(db, graph, LuckyOnce(), trials=10)
     assert result.best.config != lucky and is_confirmation(result.best)
     assert db.best(graph.workload_key, result.target.fingerprint) == result.best
+
+
+class _TinyImpl(LandscapeImpl):
+    """Eight configs, the default being the one a tie broken by config key alone would never pick."""
+
+    def space(self, target):
+        from kernelgen.space import Param, SearchSpace
+
+        params = [Param("a", (1, 2, 4, 8)), Param("b", (1, 2)), Param("c", (1,))]
+        default = max(SearchSpace(params), key=lambda c: c.key())
+        return SearchSpace(params, default=default)
+
+
+def test_a_config_within_the_tie_tolerance_of_the_default_does_not_replace_it(db) -> None:
+    from kernelgen.tune.trial_loop import TIE_TOLERANCE
+
+    graph = relu_add_graph()
+    impl = _TinyImpl(graph)
+    space = impl.space(None)
+    default = space.default()
+    challenger = next(c for c in space if c != default)  # a hair faster than the default, within the tolerance
+
+    class NearTie(CountingMeasurer):
+        def __call__(self, impl, config):
+            m = super().__call__(impl, config)
+            if not m.ok:
+                return m
+            t = 1e-3 * ((1 - TIE_TOLERANCE / 2) if config == challenger else 1.0)
+            return type(m)(config, m.status, type(m.time)(median=t, min=t, spread=0.0, repeats=5), threads=1)
+
+    measurer = NearTie(fail=lambda c: c not in (default, challenger))
+    result = tune_graph(graph, db=db, implementations=[impl], measure=measurer, seed=1, trials=8)
+    assert measurer.calls[challenger] == 1 + CONFIRM_ROUNDS  # it was a finalist ...
+    assert result.best.config == default and is_confirmation(result.best)  # ... and lost the tie
