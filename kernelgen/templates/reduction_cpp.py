@@ -271,8 +271,8 @@ class _Row:
         stores = [f"cache{i}[j] = {env[i]};" for i in store]
         hi = hi or str(self.n)
         lanes = REDUCE_LANES
-        partials = reductions if partials else []
-        for r in partials:
+        laned = list(reductions) if partials else []  # the reductions that go through partial accumulators
+        for r in laned:
             node = self.g.nodes[r]
             self.lines.append(f"{indent}{_ctype(self.g, r)} acc{r}_l[{lanes}];")
             self.lines.append(f"{indent}for (int l = 0; l < {lanes}; ++l) acc{r}_l[l] = {_init(node.op, node.spec.dtype)};")
@@ -292,24 +292,24 @@ class _Row:
             return [_combine(self.g.nodes[r].op, self.g.nodes[r].spec.dtype, acc.format(r=r),
                              env[self.g.nodes[r].inputs[0]]) for r in reds]
 
-        if partials and not loads:  # a scope of its own for j0
+        if laned and not loads:  # a scope of its own for j0
             self.lines.append(f"{indent}{{")
             inner = indent + "  "
-        if partials:  # whole groups of lanes into the partials, the rest straight into the accumulators
+        if laned:  # whole groups of lanes into the partials, the rest straight into the accumulators
             self.lines.append(f"{inner}int64_t j0 = {lo};")
             self.lines.append(f"{inner}for (; j0 + {lanes} <= {hi}; j0 += {lanes}) {{")
             self.lines.append(f"{inner}  for (int64_t l = 0; l < {lanes}; ++l) {{")
             self.lines.append(f"{inner}    const int64_t j = j0 + l;")
-            self.lines += [inner + "    " + b for b in body + combines("acc{r}_l[l]", partials) + stores]
+            self.lines += [inner + "    " + b for b in body + combines("acc{r}_l[l]", laned) + stores]
             self.lines.append(f"{inner}  }}")
             self.lines.append(f"{inner}}}")
             lo = "j0"
         self.lines.append(f"{inner}for (int64_t j = {lo}; j < {hi}; ++j) {{")
         self.lines += [inner + "  " + b for b in body + combines("acc{r}", list(reductions)) + stores]
         self.lines.append(f"{inner}}}")
-        if loads or partials:
+        if loads or laned:
             self.lines.append(f"{indent}}}")
-        for r in partials:
+        for r in laned:
             combine = _combine(self.g.nodes[r].op, self.g.nodes[r].spec.dtype, f"acc{r}", f"acc{r}_l[l]")
             self.lines.append(f"{indent}for (int l = 0; l < {lanes}; ++l) {combine}")
         self.cached |= set(store)
@@ -317,14 +317,13 @@ class _Row:
     def reduce_pass(self, reds: list[int], store: list[int], prefetch: bool = False) -> None:
         for r in reds:
             node = self.g.nodes[r]
-            ctype = cpp_expr.compute_type(node.spec.dtype)
-            self.lines.append(f"      {ctype} acc{r} = {_init(node.op, node.spec.dtype)};")
+            self.lines.append(f"      {_ctype(self.g, r)} acc{r} = {_init(node.op, node.spec.dtype)};")
         # Partials only in passes that store nothing: beside softmax's row-cache stores, gcc kept them in
         # memory and the exp pass slowed down (19.0 -> 23.3 ms), where the exp hides the adds' latency anyway.
         self.loop([self.g.nodes[r].inputs[0] for r in reds], [], store=store, prefetch=prefetch, reductions=reds,
                   partials=not store)
         for r in reds:
-            self.lines.append(f"      const {cpp_expr.compute_type(self.g.nodes[r].spec.dtype)} r{r} = acc{r};")
+            self.lines.append(f"      const {_ctype(self.g, r)} r{r} = acc{r};")
             self.env[r] = f"r{r}"
 
     def online_pass(self, reds: list[int], pairs: dict[int, int], chunk: int, prefetch: bool = False) -> None:
