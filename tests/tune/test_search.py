@@ -70,6 +70,23 @@ def test_default_sampler_finds_the_optimum_well_before_exhausting_the_space() ->
     assert result.best is not None and result.best.config == OPTIMUM
 
 
+def test_default_sampler_starts_at_the_config_farthest_from_those_taken() -> None:
+    # A random start clumps; the maximin start goes to the far corner, then fills the largest gaps.
+    space = SearchSpace([Param("x", tuple(range(21))), Param("y", tuple(range(21)))])
+    searcher = Searcher(space, sampler="bo", seed=5)
+    taken: list[Config] = []
+    for _ in range(4):
+        config = searcher.ask()
+        assert config is not None
+        taken.append(config)
+        searcher.tell(config, Measurement(config, Status.OK, TimeStats(1e-3, 1e-3, 0.0, 1)))
+    first, second = taken[0], taken[1]
+    assert abs(second["x"] - first["x"]) == max(first["x"], 20 - first["x"])
+    assert abs(second["y"] - first["y"]) == max(first["y"], 20 - first["y"])
+    gaps = [abs(a["x"] - b["x"]) + abs(a["y"] - b["y"]) for i, a in enumerate(taken) for b in taken[:i]]
+    assert min(gaps) >= 10
+
+
 def test_trials_budget_and_failures_are_recorded_as_data() -> None:
     space = bowl_space()
     bowl = Bowl(space)
