@@ -14,12 +14,11 @@ import argparse
 import gzip
 import json
 import operator
-import os
 import re
 import sys
 from pathlib import Path
 
-DEFAULT_DIR = Path(os.environ.get("KERNELGEN_LANDSCAPES", "/work/shared/landscapes"))
+from bench_search import DEFAULT_DIR  # the same landscapes folder (and KERNELGEN_LANDSCAPES) as the replay
 _CUT = re.compile(r"^(?P<kernel>[\w-]+):(?P<param>\w+)(?P<op><=|>=|=)(?P<value>-?\d+)$")
 _OPS = {"=": operator.eq, "<=": operator.le, ">=": operator.ge}
 _OP_NAMES = {"=": "eq", "<=": "le", ">=": "ge"}

@@ -181,8 +181,8 @@ def failure_fill(values: np.ndarray) -> np.ndarray:
 class BayesSampler(DomainSampler):
     """Bayesian optimisation over the valid set: a GP on log times, expected improvement over unseen configs.
 
-    ``n_init`` configs of a space-filling start first (each the valid unseen config farthest from every
-    taken one); then each proposal maximises expected improvement over the valid
+    ``n_init`` configs of a maximin start first (each the valid unseen config farthest from the configs
+    already taken); then each proposal maximises expected improvement over the valid
     unseen configs (all of them, or ``max_candidates`` random ones plus every unseen neighbour of the five
     best when there are more or the space is too large to enumerate). Parameters are ranks scaled to
     [0, 1] (a log scale for powers of two) plus the alignment of integer values (``Domain.model_features``).
@@ -243,7 +243,7 @@ class BayesSampler(DomainSampler):
             return None
         if len(cands) > self.max_candidates:
             cands = cands[self._rng.choice(len(cands), self.max_candidates, replace=False)]
-        taken = self.domain.features(np.array(sorted(hist.seen), dtype=np.float64))
+        taken = self.domain.features(np.array(list(hist.seen), dtype=np.float64))
         points = self.domain.features(cands.astype(np.float64))
         gap = ((points[:, None, :] - taken[None, :, :]) ** 2).sum(axis=2).min(axis=1)
         top = np.flatnonzero(gap >= gap.max() - 1e-12)
