@@ -4,7 +4,8 @@ For every sampler of kernelgen (and, optionally, Kernel Tuner's strategies in si
 landscape and seed: the number of unique evaluations until the best found is within 5% of the landscape's
 optimum, and the best found after 50 evaluations relative to the optimum. Prints per-landscape medians,
 geometric means over landscapes and their ratio to that of random search without replacement (exact
-medians, computed from the landscape). Example (the final figures):
+medians, computed from the landscape), and a 90% bootstrap interval over seeds for each best-after-50
+median. Example (the final figures):
 
     python benchmarks/bench_search.py --seeds 30 --jobs 2 --save /tmp/bench.json
     python benchmarks/bench_search.py --load /tmp/bench.json      # table again, from saved runs
@@ -241,13 +242,17 @@ def table(runs: list[dict], paths: list[Path], cap: int) -> str:
     for m in methods:
         samples = [np.array([best_at(r["times"], optimum[str(p)]) for r in runs
                              if r["method"] == m and r["path"] == str(p)]) for p in paths]
-        if any(len(s) == 0 for s in samples):
-            continue
-        meds = [float(np.median(s)) for s in samples]
-        boots = [bootstrap_medians(s) for s in samples]
-        cells = [f"{v:.3f} {interval(b)}" for v, b in zip(meds, boots)]
-        geo = np.exp(np.mean(np.log(np.stack(boots)), axis=0))
-        cells.append(f"{geomean(meds):.3f} {interval(geo)}")
+        cells, meds, boots = [], [], []
+        for s in samples:
+            if len(s) == 0:  # this method was not run on this landscape (tables merged from --load files)
+                cells.append("-")
+                continue
+            meds.append(float(np.median(s)))
+            boots.append(bootstrap_medians(s))
+            cells.append(f"{meds[-1]:.3f} {interval(boots[-1])}")
+        if len(meds) == len(paths):
+            geo = np.exp(np.mean(np.log(np.stack(boots)), axis=0))
+            cells.append(f"{geomean(meds):.3f} {interval(geo)}")
         lines.append(f"{m:24s}" + "".join(f"{c:>22s}" for c in cells))
     seconds = {m: statistics.mean(r["seconds"] for r in runs if r["method"] == m) for m in methods}
     lines.append("")
