@@ -32,9 +32,9 @@ ATTR_MEASUREMENT = "kg_measurement"
 # 0.29x random search's evaluations to reach 5% of the optimum (geometric mean of medians; TPE 0.67x, Kernel
 # Tuner's strategies 0.36-0.74x) and has the best result after 50 evaluations (geometric mean 1.085x the
 # optimum over 30 seeds, 1.048x over 60 with a 90% bootstrap interval of 1.03-1.10x; Kernel Tuner's best
-# 1.161x). Each part (log times, alignment, maximin start) was kept only
-# if it also helped on sub-landscapes cut from them (benchmarks/cut_landscapes.py: one parameter
-# restricted, so the optimum moves). Its weak spot is a single-config needle (convolution/A100).
+# 1.161x). Each part (log times, alignment, maximin start) was kept only if it also helped on sub-landscapes
+# cut from them (benchmarks/cut_landscapes.py: one parameter restricted, so the optimum moves). Its weak
+# spot is a single-config needle (convolution/A100).
 # Two knobs only: start size and candidate count.
 DEFAULT_SAMPLER = "bo"
 PENALISE_FAILURES = True  # how failures reach Optuna's samplers (tpe, cmaes, qmc); see Searcher.tell
