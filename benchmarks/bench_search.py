@@ -9,6 +9,9 @@ median. Example (the final figures):
 
     python benchmarks/bench_search.py --seeds 30 --jobs 2 --save /tmp/bench.json
     python benchmarks/bench_search.py --load /tmp/bench.json      # table again, from saved runs
+
+With ``--dir`` given twice (the shared folder and one written by ``fetch_landscapes.py``), one table covers
+the six landscapes the defaults were chosen on and the held-out one.
 """
 
 from __future__ import annotations
@@ -262,7 +265,8 @@ def table(runs: list[dict], paths: list[Path], cap: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="landscapes folder (*/NAME.json.gz + kernels/)")
+    ap.add_argument("--dir", type=Path, action="append",
+                    help=f"landscapes folder (*/NAME.json.gz + kernels/); repeat for several (default {DEFAULT_DIR})")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--cap", type=int, default=300, help="most evaluations per run")
     ap.add_argument("--samplers", default="random,auto,tpe,cmaes,qmc", help="kernelgen samplers, comma-separated")
@@ -272,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--save", type=Path, help="write every run's evaluations here (JSON)")
     ap.add_argument("--load", type=Path, action="append", help="print the table from saved runs instead")
     args = ap.parse_args(argv)
-    paths = [p for p in landscapes(args.dir) if args.only in name_of(p)]
+    paths = [p for folder in args.dir or [DEFAULT_DIR] for p in landscapes(folder) if args.only in name_of(p)]
     if args.load:
         runs = []
         for f in args.load:
