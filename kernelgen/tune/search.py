@@ -35,9 +35,9 @@ ATTR_MEASUREMENT = "kg_measurement"
 # 1.161x). Each part (log times, alignment, maximin start) was kept only if it also helped on sub-landscapes
 # cut from them (benchmarks/cut_landscapes.py: one parameter restricted, so the optimum moves). On a landscape
 # never used to choose it (convolution on an RTX 2080 Ti over another space, benchmarks/fetch_landscapes.py;
-# 60 seeds) it reaches 5% in 24 evaluations (0.06x random; Kernel Tuner's best, dual annealing, 64) and its
-# median after 50 is the optimum (Kernel Tuner's best 1.126x). Its weak spot is a single-config needle
-# (convolution/A100).
+# 60 seeds, Kernel Tuner 30) it reaches 5% in 24 evaluations (0.06x random; Kernel Tuner's best, dual
+# annealing, 64) and its median after 50 is the optimum (Kernel Tuner's best 1.126x). Its weak spot is a
+# single-config needle (convolution/A100).
 # Two knobs only: start size and candidate count.
 DEFAULT_SAMPLER = "bo"
 PENALISE_FAILURES = True  # how failures reach Optuna's samplers (tpe, cmaes, qmc); see Searcher.tell
