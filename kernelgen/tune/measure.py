@@ -3,7 +3,9 @@
 A ``Bench`` owns random inputs drawn from the graph's signature with a fixed seed, the eager reference's
 outputs for them, and the timing policy. ``Bench.measure(config)`` builds the kernel, checks it against the
 reference with dtype tolerances (``wrong_result`` otherwise) and only then times it: warm-up, then repeats
-until a minimum total time, median and spread, on a fixed and recorded CPU thread count. Inputs are
+until a minimum total time, median and spread, on a fixed and recorded CPU thread count. A timing whose
+repeats scatter or whose threads waited for a CPU is taken again (``TimingPolicy.retries`` times); one that
+stays unsteady says so in its message (``UNSTEADY``), which the confirmation rounds read. Inputs are
 restored from a pristine copy before every check and, for kernels that write their inputs, between runs.
 """
 
@@ -20,6 +22,7 @@ from kernelgen.errors import CompileError, KernelgenError
 from kernelgen.implementation import Implementation, allocate_outputs
 from kernelgen.ir import Graph
 from kernelgen.target import Target
+from kernelgen.tune.load import LoadProbe
 from kernelgen.values import Config, Measurement, Status, TensorSpec, TimeStats
 
 # (rtol, atol) per output dtype. Loose enough for -ffast-math (vectorised erf/tanh, reassociated sums),
@@ -31,6 +34,13 @@ TOLERANCES: dict[str, tuple[float, float]] = {
     "bfloat16": (4e-2, 4e-2),
 }
 
+# Marks an ok measurement whose every timing attempt was unsteady; the rest of the message says how.
+UNSTEADY = "unsteady timing"
+# Interquartile range / median of the repeats above which a timing is too scattered to trust. A quiet
+# machine stays well under it even for microsecond kernels; a run sharing its cores with another process
+# (an OpenMP barrier waiting for a descheduled thread) lands far above.
+MAX_SPREAD = 0.3
+
 
 @dataclass(frozen=True)
 class TimingPolicy:
@@ -41,6 +51,7 @@ class TimingPolicy:
     min_repeats: int = 5
     max_repeats: int = 2000
     threads: int | None = None
+    retries: int = 2  # extra timing attempts when one is unsteady (scattered repeats, threads waiting for a CPU)
 
     def resolved_threads(self) -> int:
         if self.threads is not None:
@@ -54,7 +65,8 @@ class TimingPolicy:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "TimingPolicy":
-        return cls(**{k: data[k] for k in ("min_time", "warmup", "min_repeats", "max_repeats", "threads") if k in data})
+        return cls(**{k: data[k] for k in ("min_time", "warmup", "min_repeats", "max_repeats", "threads", "retries")
+                      if k in data})
 
 
 def make_inputs(signature: tuple[TensorSpec, ...], seed: int = 0) -> list[tuple[Any, Any]]:
@@ -182,11 +194,13 @@ class Bench:
         fast = getattr(launcher, "launch", launcher)  # skip per-call argument checks while timing
         args = (*self.inputs, *self.outputs)
         try:
-            stats = self._time(lambda: fast(*args), restore=writes_inputs)
+            stats, unsteady = self._time(lambda: fast(*args), restore=writes_inputs)
         except Exception as exc:
             return self._failed(config, Status.RUNTIME_ERROR, str(exc))
-        return Measurement(config=config, status=Status.OK, time=stats, threads=self.threads,
-                           message="kernel writes its inputs: restored before every run" if writes_inputs else "")
+        notes = ["kernel writes its inputs: restored before every run"] if writes_inputs else []
+        if unsteady:
+            notes.append(f"{UNSTEADY}: {unsteady}")
+        return Measurement(config=config, status=Status.OK, time=stats, threads=self.threads, message="; ".join(notes))
 
     def measure(self, config: Config) -> Measurement:
         failure = self.build(config)
@@ -196,7 +210,7 @@ class Bench:
         """Time the eager reference on the same inputs (PyTorch ops one by one)."""
         from kernelgen.reference import evaluate
 
-        return self._time(lambda: evaluate(self.graph, self.inputs), restore=False)
+        return self._time(lambda: evaluate(self.graph, self.inputs), restore=False)[0]
 
     # ------------------------------------------------------------------------------------- helpers
 
@@ -220,7 +234,22 @@ class Bench:
         for out in self.outputs:
             out.fill_(float("nan") if out.dtype.is_floating_point else (True if out.dtype == torch.bool else 77))
 
-    def _time(self, fn: Any, *, restore: bool) -> TimeStats:
+    def _time(self, fn: Any, *, restore: bool) -> tuple[TimeStats, str]:
+        """Time ``fn``, again while unsteady (at most ``policy.retries`` more times): the first steady
+        timing, else the attempt with the smallest median (contention only ever adds time) and why it is
+        unsteady."""
+        attempts: list[tuple[TimeStats, str]] = []
+        for _ in range(1 + max(0, self.policy.retries)):
+            with LoadProbe() as probe:
+                stats = self._time_once(fn, restore=restore)
+            why = unsteadiness(stats, probe.wait_fraction)
+            if not why:
+                return stats, ""
+            attempts.append((stats, why))
+        stats, why = min(attempts, key=lambda a: a[0].median)
+        return stats, f"{why} in each of {len(attempts)} attempts"
+
+    def _time_once(self, fn: Any, *, restore: bool) -> TimeStats:
         p = self.policy
         if not restore:
             return self.backend.benchmark(fn, min_time=p.min_time, warmup=p.warmup,
@@ -238,6 +267,23 @@ class Bench:
             self.backend.synchronize()
             samples.append(time.perf_counter() - start)
         return TimeStats.from_samples(samples)
+
+
+def unsteadiness(stats: TimeStats, wait_fraction: float) -> str:
+    """Why a timing cannot be trusted as it stands ("" when it can): scattered repeats or a contended CPU."""
+    from kernelgen.tune.load import WAIT_LIMIT
+
+    why = []
+    if stats.spread > MAX_SPREAD:
+        why.append(f"repeats scatter (IQR/median {stats.spread:.2f} > {MAX_SPREAD})")
+    if wait_fraction > WAIT_LIMIT:
+        why.append(f"threads waited for a CPU {wait_fraction:.0%} of the timed wall time (> {WAIT_LIMIT:.0%})")
+    return ", ".join(why)
+
+
+def is_unsteady(measurement: Measurement) -> bool:
+    """True for an ok measurement that stayed unsteady through every timing attempt."""
+    return UNSTEADY in measurement.message
 
 
 def reference_outputs(graph: Graph, inputs: list[Any]) -> list[Any]:
@@ -298,4 +344,5 @@ def time_function(fn: Callable[..., Any], graph: Graph, policy: TimingPolicy) ->
         torch.set_num_threads(before)
 
 
-__all__ = ["Bench", "TOLERANCES", "TimingPolicy", "compare", "make_inputs", "pin_threads", "reference_outputs", "time_function"]
+__all__ = ["Bench", "MAX_SPREAD", "TOLERANCES", "TimingPolicy", "UNSTEADY", "compare", "is_unsteady", "make_inputs",
+           "pin_threads", "reference_outputs", "time_function", "unsteadiness"]

@@ -1,5 +1,5 @@
 """The trial loop of one implementation's tuning: budgets, measuring threads around one shared Searcher,
-commit-then-tell of every trial, and the interleaved confirmation of the top configs.
+commit-then-tell of every trial. (The interleaved confirmation that follows lives in ``kernelgen.tune.confirm``.)
 
 Used by ``kernelgen.tune.tuner``; kept apart so the policy (what to tune, warm starts, skipping finished
 work) and the mechanics (threads, budgets, interruption) each stay small.
@@ -7,20 +7,15 @@ work) and the mechanics (threads, budgets, interruption) each stay small.
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from kernelgen.implementation import Implementation
-from kernelgen.values import (CONFIRM_PREFIX, DECLARED_PREFIX, Config, Evidence, Measurement, Status, TimeStats,
-                              TuningRecord)
-
-H = TypeVar("H")  # a finalist: a config of one implementation, or one implementation's winning record
-CONFIRM_ROUNDS = 3  # interleaved rounds: slow drifts of a noisy machine hit every candidate alike
-TIE_TOLERANCE = 0.01  # confirmed times this close are a tie, broken by the config's canonical key
+from kernelgen.tune.confirm import CONFIRM_ROUNDS, TIE_TOLERANCE, fastest, is_refused
+from kernelgen.values import Config, Evidence, Measurement, TimeStats, TuningRecord
 
 
 @dataclass(frozen=True)
@@ -180,13 +175,18 @@ def run_workers(space: Any, state: SearchState, commit: Callable[[Measurement], 
 
 
 class FunctionMeasurer:
-    """An injected ``measure(impl, config)`` behind the measurer interface."""
+    """An injected ``measure(impl, config)`` behind the measurer interface. When ``fn`` also has an
+    ``eager(impl)`` method, that times eager PyTorch in the confirmation rounds; else eager goes untimed."""
 
     def __init__(self, impl: Implementation, fn: Callable[[Implementation, Config], Measurement]) -> None:
         self.impl, self.fn = impl, fn
 
     def measure(self, config: Config) -> Measurement:
         return self.fn(self.impl, config)
+
+    def eager(self) -> TimeStats | None:
+        eager = getattr(self.fn, "eager", None)
+        return None if eager is None else eager(self.impl)
 
     def kill(self) -> None:
         pass
@@ -198,69 +198,12 @@ class FunctionMeasurer:
         pass
 
 
-def remeasure(finalists: Sequence[H], measure: Callable[[H], Measurement],
-              rounds: int = CONFIRM_ROUNDS) -> list[tuple[H, Measurement]]:
-    """Re-measure ``finalists`` in ``rounds`` interleaved rounds (rotating the order), so a slow drift of a
-    shared machine hits each alike. Returns (finalist, measurement) for those that ran ok in every round:
-    the median of their round medians, with an empty message. Nothing is committed here.
-    """
-    samples: dict[int, list[Measurement]] = {i: [] for i in range(len(finalists))}
-    failed: set[int] = set()
-    n = len(finalists)
-    for k in range(rounds):
-        for i in [(j + k) % n for j in range(n)]:
-            if i in failed:
-                continue
-            m = measure(finalists[i])
-            if m.ok and m.time is not None:
-                samples[i].append(m)
-            else:
-                failed.add(i)
-    out = []
-    for i, finalist in enumerate(finalists):
-        if i in failed or not samples[i]:
-            continue
-        meds = [m.time.median for m in samples[i]]  # type: ignore[union-attr]
-        score = statistics.median(meds)
-        stats = TimeStats(median=score, min=min(m.time.min for m in samples[i]),  # type: ignore[union-attr]
-                          spread=(max(meds) - min(meds)) / score if score > 0 else 0.0,
-                          repeats=sum(m.time.repeats for m in samples[i]))  # type: ignore[union-attr]
-        last = samples[i][-1]
-        out.append((finalist, Measurement(config=last.config, status=Status.OK, time=stats, threads=last.threads)))
-    return out
-
-
-def fastest(results: Sequence[tuple[H, Measurement]], tie_key: Callable[[H], Any]) -> int | None:
-    """Index of the winner of ``remeasure``'s results: times within TIE_TOLERANCE of the fastest tie, and
-    the smallest ``tie_key`` among them wins, so the verdict does not flip on noise. None when empty."""
-    if not results:
-        return None
-    best = min(m.time.median for _, m in results)  # type: ignore[union-attr]
-    tied = [i for i, (_, m) in enumerate(results) if m.time.median <= best * (1 + TIE_TOLERANCE)]  # type: ignore[union-attr]
-    return min(tied, key=lambda i: tie_key(results[i][0]))
-
-
-def commit_verdict(results: Sequence[tuple[H, Measurement]], winner: int | None, declare: bool,
-                   commit: Callable[[H, Measurement], TuningRecord], what: str,
-                   state: Any = None) -> list[TuningRecord]:
-    """Commit ``remeasure``'s results: the winner with ``DECLARED_PREFIX`` when ``declare`` (the tuner's
-    verdict for the workload, which ``best()`` ranks first), everything else as a confirmed finalist."""
-    out = []
-    for i, (finalist, m) in enumerate(results):
-        prefix = DECLARED_PREFIX if declare and i == winner else CONFIRM_PREFIX
-        message = f"{prefix}: median of interleaved re-measurements against {what}"
-        record = commit(finalist, Measurement(config=m.config, status=Status.OK, time=m.time, message=message,
-                                              threads=m.threads))
-        out.append(record)
-        if state is not None:
-            state.report(record, measured=True, phase="confirm")
-    return out
-
-
 def pick_winner(records: Sequence[TuningRecord]) -> TuningRecord | None:
     """The verdict among already committed re-measurements: the newest declared record if any (as
-    ``TuningDB.best`` does), else the fastest confirmed one with ``fastest``'s tie rule."""
+    ``TuningDB.best`` does), else the fastest confirmed one with ``fastest``'s tie rule, preferring records
+    of rounds that did not refuse a verdict."""
     ok = [r for r in records if r.measurement.ok]
+    ok = [r for r in ok if not is_refused(r)] or ok
     declared = [r for r in ok if r.evidence is Evidence.DECLARED]
     if declared:
         return max(declared, key=lambda r: (r.provenance.created_at, r.record_id))
@@ -269,5 +212,5 @@ def pick_winner(records: Sequence[TuningRecord]) -> TuningRecord | None:
     return None if i is None else ok[i]
 
 
-__all__ = ["CONFIRM_ROUNDS", "FunctionMeasurer", "SearchState", "TrialEvent", "commit_verdict", "fastest",
-           "is_confirmation", "pick_winner", "remeasure", "run_workers"]
+__all__ = ["CONFIRM_ROUNDS", "FunctionMeasurer", "SearchState", "TIE_TOLERANCE", "TrialEvent", "fastest",
+           "is_confirmation", "pick_winner", "run_workers"]

@@ -4,29 +4,39 @@ Per implementation of the graph: skip it when the database already holds a finis
 (workload key, implementation hash, target fingerprint); otherwise warm-start the search (earlier trials of
 this key first, which are told to the searcher from the database and never re-measured, then the default
 config, then the best configs of the nearest records), run it within the budgets, commit each trial the
-moment it is measured, and finally re-measure the top few interleaved. Those re-measurements are committed
-as *confirmation* records (message ``confirmed: ...``) and mark the tuning finished, so a rerun does zero
-measurements. When several implementations (templates, custom calls) compete, their winners are then
-re-measured side by side; the winner of that, or of the only implementation's confirmation, is committed
-as the *verdict* (``kernelgen.values.Evidence.DECLARED``) that ``TuningDB.best`` hands to dispatch.
+moment it is measured, and finally re-measure the top few and the default config in interleaved rounds
+(``kernelgen.tune.confirm``). Those re-measurements are committed as *confirmation* records (message
+``confirmed: ...``) and mark the tuning finished, so a rerun does zero measurements. When several
+implementations (templates, custom calls) compete, their winners and defaults are then re-measured side by
+side; the winner of that, or of the only implementation's confirmation, is committed as the *verdict*
+(``kernelgen.values.Evidence.DECLARED``) that ``TuningDB.best`` hands to dispatch. The rounds that declare
+the verdict also time eager PyTorch, so "vs default" and "vs eager" are figures of the same minutes. When
+the leader's confirmed time stays far from its search trial, no verdict is declared (logged, and said in
+the records), and the next run confirms again.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from kernelgen.errors import KernelgenError, NoTemplateError
 from kernelgen.implementation import Implementation
 from kernelgen.ir import Graph
 from kernelgen.target import Target
+from kernelgen.tune.confirm import (CONFIRM_ROUNDS, Confirmation, Finalist, commit_confirmation, confirm, is_refused,
+                                    note_of, rounds_tag)
 from kernelgen.tune.measure import TimingPolicy
-from kernelgen.tune.trial_loop import (CONFIRM_ROUNDS, FunctionMeasurer, SearchState, TrialEvent, commit_verdict,
-                                       fastest, is_confirmation, pick_winner, remeasure, run_workers)
+from kernelgen.tune.trial_loop import (FunctionMeasurer, SearchState, TrialEvent, is_confirmation, pick_winner,
+                                       run_workers)
 from kernelgen.values import Config, Evidence, FrozenMap, Measurement, Provenance, TimeStats, TuningRecord
+
+log = logging.getLogger("kernelgen.tune")
 
 CONFIRM_TOP = 3  # configs re-measured before the best is declared
 DEFAULT_TRIALS = 40  # when neither trials nor seconds is given
@@ -43,11 +53,21 @@ class TuneResult:
     best: TuningRecord | None
     trials: list[TuningRecord]  # every record of the tuned implementations, confirmations included
     measured: int  # new measurements by this call (0 when already tuned)
-    default: TuningRecord | None = None  # the best implementation's default config, for speedups
+    default: TuningRecord | None = None  # the best implementation's default config, from the verdict's rounds
     stop_reasons: dict[str, str] = field(default_factory=dict)  # implementation -> why its search ended
     seconds: float = 0.0
-    eager: TimeStats | None = None
+    eager: TimeStats | None = None  # eager PyTorch, timed in the verdict's rounds (None when none ran now)
     name: str = ""
+    note: str = ""  # what the verdict's rounds had to say: why no verdict was declared, or a caveat
+
+    @property
+    def trial_time(self) -> float | None:
+        """The fastest search trial of the best config: what the search measured for the verdict."""
+        if self.best is None:
+            return None
+        times = [r.measurement.time.median for r in self.search_trials if r.measurement.time is not None
+                 and r.implementation == self.best.implementation and r.config == self.best.config]
+        return min(times, default=None)
 
     @property
     def workload_key(self) -> str:
@@ -70,12 +90,12 @@ class TuneResult:
             "signature": [s.to_json() for s in self.graph.signature],
             "implementation": None if self.best is None else self.best.implementation,
             "config": None if self.best is None else self.best.config.to_json(),
-            "time": best, "default_time": default, "eager_time": eager,
+            "time": best, "default_time": default, "eager_time": eager, "trial_time": self.trial_time,
             "speedup_vs_default": None if not (best and default) else default / best,
             "speedup_vs_eager": None if not (best and eager) else eager / best,
             "trials": len(self.search_trials), "failures": self.failures, "measured": self.measured,
             "statuses": _status_counts(self.search_trials), "stop_reasons": self.stop_reasons,
-            "seconds": self.seconds,
+            "seconds": self.seconds, "note": self.note,
         }
 
 
@@ -155,6 +175,7 @@ class _Options:
     retune: bool
     on_trial: Callable[[TrialEvent], None] | None
     measure: Callable[[Implementation, Config], Measurement] | None = None
+    time_eager: bool = False
 
 
 def check_budget(trials: int | None, seconds: float | None, patience: int | None, workers: int = 1) -> None:
@@ -174,15 +195,17 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
                seed: int | None = None, isolate: bool = True, on_trial: Callable[[TrialEvent], None] | None = None,
                implementations: Sequence[Implementation] | None = None, timeout: float = 60.0,
                policy: TimingPolicy | None = None, retune: bool = False,
-               measure: Callable[[Implementation, Config], Measurement] | None = None) -> TuneResult:
+               measure: Callable[[Implementation, Config], Measurement] | None = None,
+               time_eager: bool = False) -> TuneResult:
     """Tune every implementation of ``graph`` on ``backend``; commits each trial to ``db`` as it is measured.
 
     Budgets are per implementation: ``trials`` counts configs measured for this exact key (earlier runs
     included, so a rerun after an interruption completes the budget), ``seconds`` is wall time of this
     call, ``patience`` stops after that many trials without a new best. Without trials or seconds the
     budget is ``DEFAULT_TRIALS``. ``retune=True`` continues a finished tuning instead of skipping it.
-    ``measure(impl, config)`` replaces the real measurement (tests, simulations); ``isolate=False`` measures
-    in this process instead of a worker.
+    ``measure(impl, config)`` replaces the real measurement (tests, simulations; with an ``eager(impl)``
+    method it times eager too); ``isolate=False`` measures in this process instead of a worker.
+    ``time_eager`` times eager PyTorch in the verdict's rounds (``TuneResult.eager``).
     Raises ``NoTemplateError`` when nothing implements the graph; per-config failures are records.
     """
     from kernelgen.backends import get_backend
@@ -198,7 +221,7 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
                               f"(ops: {', '.join(sorted(graph.ops() - {'input'}))})"
                               + (f"; {'; '.join(unusable)}" if unusable else ""))
     opts = _Options(trials, seconds, patience, sampler, workers, seed, isolate, timeout,
-                    policy or TimingPolicy(), retune, on_trial, measure)
+                    policy or TimingPolicy(), retune, on_trial, measure, time_eager)
     own_db = db is None
     if own_db:
         from kernelgen.db import open_db
@@ -208,6 +231,7 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
     try:
         result = TuneResult(graph=graph, backend=backend, target=target, best=None, trials=[], measured=0)
         winners: list[TuningRecord] = []
+        rounds: tuple[Confirmation[Any], list[TuningRecord]] | None = None  # the rounds that were to declare
         for impl in impls:
             outcome = _tune_implementation(db, graph, impl, target, opts, declare=len(impls) == 1)
             result.trials.extend(outcome.records)
@@ -215,16 +239,24 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
             result.stop_reasons[impl.name] = outcome.stop_reason
             if outcome.winner is not None:
                 winners.append(outcome.winner)
+            rounds = outcome.rounds or rounds
         verdicts = [r for r in result.trials if r.evidence is Evidence.DECLARED]
         if len(winners) > 1 and (result.measured > 0 or not verdicts):
             # Each implementation's winner was timed at a different moment: only side by side is the
             # comparison fair on a shared machine.
-            showdown = _showdown(db, graph, winners, impls, target, opts)
-            result.trials.extend(showdown)
-            result.measured += len(winners) * CONFIRM_ROUNDS
-        result.best = pick_winner([r for r in result.trials if r.evidence is Evidence.DECLARED] or winners)
+            rounds = _showdown(db, graph, result.trials, winners, impls, target, opts)
+            result.trials.extend(rounds[1])
+            result.measured += rounds[0].measured
+        if rounds is not None and rounds[0].doubt and rounds[0].winner is not None:
+            result.best = rounds[1][rounds[0].winner]  # no verdict: the leader, shown with the reason
+        else:
+            result.best = pick_winner([r for r in result.trials if r.evidence is Evidence.DECLARED] or winners)
+        if rounds is not None:
+            result.eager = rounds[0].eager
+            _log_rounds(graph, rounds[0])
         if result.best is not None:
             result.default = _default_record(result.trials, result.best, impls, target)
+            result.note = note_of(result.best)
     finally:
         if own_db:
             db.close()
@@ -237,30 +269,63 @@ def _speed_key(record: TuningRecord) -> tuple[float, str, str]:
     return record.measurement.time.median, record.implementation, record.config.key()
 
 
-def _showdown(db: Any, graph: Graph, winners: list[TuningRecord], impls: Sequence[Implementation], target: Target,
-              opts: "_Options") -> list[TuningRecord]:
-    """Re-measure every implementation's winner in interleaved rounds and declare the fastest; ties go to
-    the smallest implementation name, so the verdict is deterministic."""
+def _log_rounds(graph: Graph, conf: Confirmation[Any]) -> None:
+    if conf.doubt:
+        log.warning("kernelgen tune %s: no verdict declared: %s; the next run confirms again",
+                    graph.workload_key[:16], conf.doubt)
+    elif conf.caveat:
+        log.info("kernelgen tune %s: verdict declared with a caveat: %s", graph.workload_key[:16], conf.caveat)
+
+
+def _trial_times(records: Sequence[TuningRecord]) -> dict[tuple[str, Config], float]:
+    """(implementation, config) -> its fastest ok search trial: what the search measured for it."""
+    out: dict[tuple[str, Config], float] = {}
+    for r in sorted((r for r in records if r.measurement.ok and not is_confirmation(r)), key=_speed_key):
+        out.setdefault((r.implementation, r.config), r.measurement.time.median)  # type: ignore[union-attr]
+    return out
+
+
+def _showdown(db: Any, graph: Graph, records: Sequence[TuningRecord], winners: list[TuningRecord],
+              impls: Sequence[Implementation], target: Target,
+              opts: "_Options") -> tuple[Confirmation[Any], list[TuningRecord]]:
+    """Re-measure every implementation's winner and default (and eager) in interleaved rounds and declare
+    the fastest; ties go to a default, then to the smallest implementation name, so the verdict is
+    deterministic and never slower than the default of its implementation."""
     from contextlib import ExitStack
 
     by_name = {impl.name: impl for impl in impls}
+    trials = _trial_times(records)
+    entries: list[tuple[str, Config]] = []
+    for w in winners:
+        default = by_name[w.implementation].default_config(target)
+        entries.append((w.implementation, w.config))
+        if default != w.config and (w.implementation, default) in trials:
+            entries.append((w.implementation, default))
     with ExitStack() as stack:
-        measurers = {w.implementation: stack.enter_context(_measurer_factory(by_name[w.implementation], opts)())
-                     for w in winners}
-        results = remeasure(winners, lambda w: measurers[w.implementation].measure(w.config))
-    recorders = {w.implementation: _Recorder(db, graph, by_name[w.implementation], target) for w in winners}
-    winner = fastest(results, lambda w: (w.implementation, w.config.key()))
-    return commit_verdict(results, winner, True, lambda w, m: recorders[w.implementation].commit(m),
-                          f"the winners of {len(winners)} implementations")
+        measurers = {name: stack.enter_context(_measurer_factory(by_name[name], opts)())
+                     for name in dict.fromkeys(name for name, _ in entries)}
+        finalists = [Finalist(e, partial(measurers[e[0]].measure, e[1]), trials.get(e),
+                              e[1] == by_name[e[0]].default_config(target)) for e in entries]
+        eager = measurers[entries[0][0]].eager if opts.time_eager else None
+        conf = confirm(finalists, lambda e: (e[0], e[1].key()), eager=eager)
+    recorders = {name: _Recorder(db, graph, by_name[name], target) for name in measurers}
+    committed = commit_confirmation(conf, True, lambda e, m: recorders[e[0]].commit(m),
+                                    f"the winners of {len(winners)} implementations")
+    return conf, committed
 
 
 def _default_record(records: list[TuningRecord], best: TuningRecord, impls: Sequence[Implementation],
                     target: Target) -> TuningRecord | None:
+    """The default config of the best implementation as measured in the verdict's own rounds (None when it
+    was not, e.g. it failed): a default timed minutes apart from the verdict would not compare."""
     impl = next(i for i in impls if i.name == best.implementation)
     default = impl.default_config(target)
-    mine = [r for r in records if r.implementation == impl.name and r.config == default and r.measurement.ok]
-    confirmed = [r for r in mine if is_confirmation(r)]
-    return (confirmed or mine or [None])[-1]
+    tag = rounds_tag(best)
+    if best.config == default:
+        return best
+    same = [r for r in records if r.implementation == impl.name and r.config == default and r.measurement.ok
+            and tag is not None and rounds_tag(r) == tag]
+    return same[-1] if same else None
 
 
 @dataclass
@@ -269,6 +334,7 @@ class _Outcome:
     measured: int
     stop_reason: str
     winner: TuningRecord | None
+    rounds: tuple[Confirmation[Any], list[TuningRecord]] | None = None  # when it declared (or refused) a verdict
 
 
 def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Target, opts: _Options,
@@ -279,7 +345,10 @@ def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Ta
     prior = db.trials(graph.workload_key, target.fingerprint, implementation=impl.name,
                       implementation_hash=recorder.fields["implementation_hash"])
     confirmations = [r for r in prior if is_confirmation(r)]
-    if confirmations and not opts.retune:
+    # Finished unless the newest rounds refused a verdict: then the search budget is spent, and this run
+    # only confirms again (on a quieter machine, it declares).
+    latest = max(confirmations, key=lambda r: (r.provenance.created_at, r.record_id), default=None)
+    if latest is not None and not is_refused(latest) and not opts.retune:
         return _Outcome(prior, 0, "already tuned", pick_winner(confirmations))
     space = impl.space(target)
     known: dict[Config, TuningRecord] = {}
@@ -302,27 +371,25 @@ def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Ta
     records = list(prior) + state.new_records
     measured = len(state.new_records)
     ok = sorted((r for r in records if r.measurement.ok and not is_confirmation(r)), key=_speed_key)
-    winner = None
+    winner, rounds = None, None
     if ok:
-        top: list[Config] = []
-        for r in ok:
-            if r.config not in top:
-                top.append(r.config)
-        chosen = top[:CONFIRM_TOP]
+        trials = {config: t for (_, config), t in _trial_times(ok).items()}  # fastest first
+        chosen = list(trials)[:CONFIRM_TOP]
         default = impl.default_config(target)
-        if default in top and default not in chosen:
+        if default in trials and default not in chosen:
             chosen.append(default)  # re-measured alongside, so "speedup over default" compares like with like
         with make_measurer() as measurer:
-            results = remeasure(chosen, measurer.measure)
-        # The default too: if it re-measures fastest, it wins. Ties (within TIE_TOLERANCE) go to it as well,
-        # so a config replaces the default only when it is measurably faster, not on a coin flip of noise.
-        best = fastest(results, lambda c: (c != default, c.key()))
-        confirmed = commit_verdict(results, best, declare, lambda _c, m: recorder.commit(m),
-                                   f"the top {len(chosen)} configs", state)
+            # The default too: if it re-measures fastest, it wins. Ties (within TIE_TOLERANCE) go to it as
+            # well, so a config replaces the default only when it is measurably faster, not on noise.
+            conf = confirm([Finalist(c, partial(measurer.measure, c), trials[c], c == default) for c in chosen],
+                           lambda c: c.key(), eager=measurer.eager if declare and opts.time_eager else None)
+        confirmed = commit_confirmation(conf, declare, lambda _c, m: recorder.commit(m),
+                                        f"the top {len(chosen)} configs", state)
         records.extend(confirmed)
-        measured += len(chosen) * CONFIRM_ROUNDS
-        winner = None if best is None else confirmed[best]
-    return _Outcome(records, measured, state.stop_reason, winner)
+        measured += conf.measured
+        winner = None if conf.winner is None else confirmed[conf.winner]
+        rounds = (conf, confirmed) if declare else None
+    return _Outcome(records, measured, state.stop_reason, winner, rounds)
 
 
 def _measurer_factory(impl: Implementation, opts: _Options) -> Callable[[], Any]:
@@ -343,11 +410,11 @@ def tune_workload(workload: Any, *, db: Any = None, trials: int | None = None, s
                   time_eager: bool = True) -> list[TuneResult]:
     """Tune every problem size of a manifest ``Workload``: one ``TuneResult`` per shape, in manifest order.
 
-    Arguments given here override the workload's own budget and sampler. With ``time_eager``, the
-    workload's PyTorch function is timed in this process on the same inputs (for speedup figures).
+    Arguments given here override the workload's own budget and sampler. With ``time_eager``, eager
+    PyTorch (the workload's graph, op by op) is timed in the verdict's rounds on the same inputs, for the
+    "vs eager" figure; an already tuned shape has none.
     """
     from kernelgen.tune.manifest import workload_implementations
-    from kernelgen.tune.measure import time_function
 
     check_budget(trials, seconds, patience, workers)
     results = []
@@ -358,13 +425,11 @@ def tune_workload(workload: Any, *, db: Any = None, trials: int | None = None, s
             sampler=sampler or workload.sampler or "auto",
             patience=patience if patience is not None else workload.patience, workers=workers, seed=seed,
             isolate=isolate, on_trial=on_trial, implementations=workload_implementations(workload, graph),
-            timeout=timeout, policy=policy, retune=retune)
+            timeout=timeout, policy=policy, retune=retune, time_eager=time_eager)
         result.name = workload.name
-        if time_eager:
-            result.eager = time_function(workload.fn, graph, policy or TimingPolicy())
         results.append(result)
     return results
 
 
-__all__ = ["TrialEvent", "TuneResult", "candidate_implementations", "check_budget",
+__all__ = ["CONFIRM_ROUNDS", "TrialEvent", "TuneResult", "candidate_implementations", "check_budget",
            "is_confirmation", "study_name", "tune_graph", "tune_workload"]

@@ -1,0 +1,197 @@
+"""Interleaved confirmation: the finalists of a tuning, the default config and eager PyTorch re-measured side by
+side in rounds, until the leader's time can be trusted or a bounded number of rounds says it cannot.
+
+The tuner's verdict, its "vs default" and its "vs eager" all come out of one ``confirm`` call, so the three
+times are taken in the same minutes under the same load, never minutes apart. A leader whose confirmed time
+stays far above what the search measured for it gets no verdict: its records say why, and a later run of
+the tuner confirms again.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from kernelgen.tune.measure import is_unsteady
+from kernelgen.values import CONFIRM_PREFIX, DECLARED_PREFIX, Measurement, Status, TimeStats, TuningRecord
+
+H = TypeVar("H")  # a finalist: a config of one implementation, or (implementation, config) in a showdown
+CONFIRM_ROUNDS = 3  # interleaved rounds at least: slow drifts of a noisy machine hit every candidate alike
+MAX_ROUNDS = 6  # at most, while the leader's time is in doubt (each round re-measures every finalist)
+TIE_TOLERANCE = 0.01  # confirmed times this close are a tie, won by a default config, then by the tie key
+# A verdict's time may be at most this multiple of what the search measured for the same config. Beyond it,
+# one of the two was disturbed; more rounds usually find a quiet moment, else no verdict is declared.
+TRIAL_AGREEMENT = 1.5
+NO_VERDICT = "no verdict"  # in the message of every record of a confirmation that declared none
+_TAG = re.compile(r"\(rounds ([0-9a-f]{8})\)")
+
+
+@dataclass(frozen=True)
+class Finalist(Generic[H]):
+    """One candidate of the rounds: what identifies it, how to measure it once, what the search saw."""
+
+    item: H
+    measure: Callable[[], Measurement]
+    trial: float | None = None  # the fastest search-trial median of the same config, if any
+    default: bool = False  # a template default: it wins ties, so only a measurable gain replaces it
+
+
+@dataclass
+class Confirmation(Generic[H]):
+    """What ``confirm`` found. ``results`` holds the finalists that ran ok in every round, each with the
+    robust statistic as its ``time.median``; ``winner`` indexes it. ``doubt`` is why the winner's time
+    cannot be trusted ("" when it can); ``caveat`` a weaker warning that still allows a verdict."""
+
+    results: list[tuple[H, Measurement]]
+    winner: int | None
+    eager: TimeStats | None
+    rounds: int
+    measured: int = 0  # measurements taken (finalists and eager)
+    doubt: str = ""
+    caveat: str = ""
+    tag: str = field(default_factory=lambda: uuid.uuid4().hex[:8])  # names these rounds in every record
+
+    @property
+    def note(self) -> str:
+        return f"{NO_VERDICT}: {self.doubt}" if self.doubt else self.caveat
+
+
+def robust_time(rounds: Sequence[TimeStats]) -> TimeStats:
+    """One candidate's time over the rounds: the smallest of its round medians.
+
+    Contention only ever adds time: a disturbed round is slower, never faster. The median within a round
+    already ignores spikes that hit a minority of its repeats; taking the smallest round median then ignores
+    rounds that were disturbed throughout. Every candidate gets the same rounds, interleaved, so each has the
+    same chances of a quiet one and the minimum favours none. (A median over rounds, by contrast, follows
+    the load as soon as it lasts for half of them: that is how a 20 us kernel was once recorded at 20 ms.)
+    ``spread`` is then the relative distance from the fastest round median to the slowest.
+    """
+    meds = [t.median for t in rounds]
+    best = min(meds)
+    return TimeStats(median=best, min=min(t.min for t in rounds), spread=(max(meds) - best) / best if best > 0 else 0.0,
+                     repeats=sum(t.repeats for t in rounds))
+
+
+def fastest(results: Sequence[tuple[H, Measurement]], tie_key: Callable[[H], Any]) -> int | None:
+    """Index of the fastest result: times within TIE_TOLERANCE of the fastest tie, and the smallest
+    ``tie_key`` among them wins, so the verdict does not flip on noise. None when empty."""
+    if not results:
+        return None
+    best = min(m.time.median for _, m in results)  # type: ignore[union-attr]
+    tied = [i for i, (_, m) in enumerate(results) if m.time.median <= best * (1 + TIE_TOLERANCE)]  # type: ignore[union-attr]
+    return min(tied, key=lambda i: tie_key(results[i][0]))
+
+
+def confirm(finalists: Sequence[Finalist[H]], tie_key: Callable[[H], Any], *,
+            eager: Callable[[], TimeStats | None] | None = None, rounds: int = CONFIRM_ROUNDS,
+            max_rounds: int = MAX_ROUNDS) -> Confirmation[H]:
+    """Measure ``finalists`` (and ``eager``, when given) once per round in a rotating order, at least
+    ``rounds`` rounds and while the leader is in doubt at most ``max_rounds``. A finalist that fails once
+    drops out. Defaults win ties (``fastest`` with ``(not default, tie_key)``). Nothing is committed here.
+    """
+    n = len(finalists)
+    runs: list[list[Measurement]] = [[] for _ in finalists]
+    eager_runs: list[TimeStats] = []
+    failed: set[int] = set()
+    slots = list(range(n)) + ([n] if eager is not None else [])  # slot n: eager
+    done = measured = 0
+    while True:
+        for j in range(len(slots)):
+            slot = slots[(j + done) % len(slots)]
+            measured += slot == n or slot not in failed
+            if slot == n:
+                t = eager()  # type: ignore[misc]
+                if t is not None:
+                    eager_runs.append(t)
+            elif slot not in failed:
+                m = finalists[slot].measure()
+                if m.ok and m.time is not None:
+                    runs[slot].append(m)
+                else:
+                    failed.add(slot)
+        done += 1
+        if done < rounds:
+            continue
+        kept = [i for i in range(n) if i not in failed and runs[i]]
+        summaries = [(i, _summary(runs[i])) for i in kept]
+        winner = fastest(summaries, lambda i: (not finalists[i].default, tie_key(finalists[i].item)))
+        doubt, caveat = ("", "") if winner is None else _doubts(finalists[kept[winner]], runs[kept[winner]],
+                                                                summaries[winner][1])
+        if not (doubt or caveat) or done >= max_rounds:
+            break
+    results = [(finalists[i].item, m) for i, m in summaries]
+    eager_time = robust_time(eager_runs) if eager_runs else None
+    return Confirmation(results, winner, eager_time, done, measured, doubt, caveat)
+
+
+def _summary(runs: Sequence[Measurement]) -> Measurement:
+    last = runs[-1]
+    return Measurement(config=last.config, status=Status.OK, time=robust_time([m.time for m in runs]),  # type: ignore[misc]
+                       threads=last.threads)
+
+
+def _doubts(finalist: Finalist[Any], runs: Sequence[Measurement], summary: Measurement) -> tuple[str, str]:
+    """(doubt, caveat) about the leader after the rounds so far: a doubt refuses the verdict once the rounds
+    are spent; a caveat asks for more rounds but lets the verdict stand."""
+    assert summary.time is not None
+    t, trial = summary.time.median, finalist.trial
+    doubt = ""
+    if trial is not None and trial > 0 and t > TRIAL_AGREEMENT * trial:
+        doubt = (f"the leader's confirmed time {t:.3g} s is {t / trial:.1f}x its search trial's {trial:.3g} s "
+                 f"(more than {TRIAL_AGREEMENT}x) after {len(runs)} rounds")
+    caveat = ""
+    if all(is_unsteady(m) for m in runs):
+        caveat = f"every one of the leader's {len(runs)} round timings was unsteady ({_why(runs[-1])})"
+    return doubt, caveat
+
+
+def _why(m: Measurement) -> str:
+    from kernelgen.tune.measure import UNSTEADY
+
+    return m.message[m.message.find(UNSTEADY):]
+
+
+def commit_confirmation(conf: Confirmation[H], declare: bool, commit: Callable[[H, Measurement], TuningRecord],
+                        what: str, state: Any = None) -> list[TuningRecord]:
+    """Commit ``confirm``'s results: the winner with ``DECLARED_PREFIX`` when ``declare`` and nothing is in
+    doubt (the tuner's verdict, which ``best()`` ranks first), everything else as a confirmed finalist.
+    Every message names the rounds (``rounds_tag``) and, when a verdict was due but refused, why."""
+    out = []
+    for i, (finalist, m) in enumerate(conf.results):
+        prefix = DECLARED_PREFIX if declare and i == conf.winner and not conf.doubt else CONFIRM_PREFIX
+        message = f"{prefix}: fastest round median of {conf.rounds} interleaved rounds (rounds {conf.tag}) against {what}"
+        if declare and conf.note:
+            message += f"; {conf.note}"
+        record = commit(finalist, Measurement(config=m.config, status=Status.OK, time=m.time, message=message,
+                                              threads=m.threads))
+        out.append(record)
+        if state is not None:
+            state.report(record, measured=True, phase="confirm")
+    return out
+
+
+def rounds_tag(record: TuningRecord) -> str | None:
+    """The tag of the confirmation rounds that produced ``record`` (None for a search trial or an old record)."""
+    found = _TAG.search(record.measurement.message)
+    return found.group(1) if found else None
+
+
+def is_refused(record: TuningRecord) -> bool:
+    """A record of confirmation rounds that were due to declare a verdict and refused to."""
+    return rounds_tag(record) is not None and f"; {NO_VERDICT}: " in record.measurement.message
+
+
+def note_of(record: TuningRecord) -> str:
+    """What the verdict's rounds had to say ("" when nothing): what ``commit_confirmation`` appended."""
+    message = record.measurement.message
+    if rounds_tag(record) is None or "; " not in message:
+        return ""
+    return message.split("; ", 1)[1]
+
+
+__all__ = ["CONFIRM_ROUNDS", "Confirmation", "Finalist", "MAX_ROUNDS", "NO_VERDICT", "TIE_TOLERANCE",
+           "TRIAL_AGREEMENT", "commit_confirmation", "confirm", "fastest", "is_refused", "note_of",
+           "robust_time", "rounds_tag"]
