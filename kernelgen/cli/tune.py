@@ -125,11 +125,20 @@ def _table(entry: dict[str, Any]) -> Table:
         table.add_column(column, justify="right" if numeric else "left", no_wrap=numeric, overflow="fold")
     if entry["error"]:
         table.add_row("-", "error", entry["error"], "-", "-", "-", "-", "-")
+    notes = []
     for r in entry["results"]:
         config = "none (every trial failed)" if r["config"] is None else \
             " ".join(f"{k}={v}" for k, v in sorted(r["config"].items()))
         note = "" if r["measured"] else " (already tuned)"
-        table.add_row(shape_label(r["signature"]), (r["implementation"] or "-") + note, config, fmt_time(r["time"]),
+        time = fmt_time(r["time"])
+        if r.get("note"):  # the verdict's rounds doubted it, or timed it under load: say so beside the figures
+            notes.append(f"{shape_label(r['signature'])}: {r['note']}")
+            time += f" [{len(notes)}]"
+        # vs eager and vs default are measured in the verdict's own interleaved rounds; "-" when none ran now
+        table.add_row(shape_label(r["signature"]), (r["implementation"] or "-") + note, config, time,
                       fmt_ratio(r["speedup_vs_eager"]), fmt_ratio(r["speedup_vs_default"]), str(r["trials"]),
                       str(r["failures"]))
+    if notes:
+        table.caption = "\n".join(f"[{i}] {n}" for i, n in enumerate(notes, 1))
+        table.caption_justify = "left"
     return table

@@ -61,3 +61,63 @@ def test_isolated_worker_is_replaced_after_a_crash() -> None:
         after = measurer.measure(Config(mode="ok", reps=2))
     assert crashed.status is Status.RUNTIME_ERROR and "SIGSEGV" in crashed.message
     assert after.status is Status.OK and measurer.restarts == 1  # a fresh worker took over
+
+
+class _FakeProbe:
+    """Stands in for LoadProbe: each timed region reads the next of ``fractions`` as its CPU wait."""
+
+    fractions: list[float] = []
+    used = 0
+
+    def __init__(self) -> None:
+        self.wait_fraction = 0.0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_):
+        cls = type(self)
+        self.wait_fraction = cls.fractions[min(cls.used, len(cls.fractions) - 1)]
+        cls.used += 1
+
+
+@pytest.mark.parametrize("fractions, attempts, unsteady", [([0.0], 1, False), ([0.9, 0.0], 2, False),
+                                                           ([0.9], 3, True)])
+def test_a_timing_whose_threads_waited_for_a_cpu_is_timed_again(monkeypatch, fractions, attempts, unsteady) -> None:
+    import kernelgen.tune.measure as measure
+
+    monkeypatch.setattr(measure, "LoadProbe", _FakeProbe)
+    monkeypatch.setattr(_FakeProbe, "fractions", fractions)
+    monkeypatch.setattr(_FakeProbe, "used", 0)
+    policy = TimingPolicy(min_time=0.002, warmup=1, min_repeats=3, threads=1, retries=2)
+    bench = Bench(FakeImpl(relu_add_graph()), Target.current("cpp"), policy=policy)
+    m = bench.measure(Config(mode="ok", reps=1))
+    assert m.status is Status.OK and _FakeProbe.used == attempts
+    assert measure.is_unsteady(m) is unsteady
+    if unsteady:
+        assert "waited for a CPU 90%" in m.message and "3 attempts" in m.message
+
+
+def test_scattered_repeats_or_cpu_waits_make_a_timing_unsteady() -> None:
+    from kernelgen.tune.measure import MAX_SPREAD, unsteadiness
+    from kernelgen.values import TimeStats
+
+    steady = TimeStats.from_samples([1e-5, 1.01e-5, 1.02e-5, 0.99e-5])
+    scattered = TimeStats.from_samples([1e-5, 1e-5, 5e-3, 5e-3, 1e-5, 6e-3])  # a barrier waiting for a time slice
+    assert scattered.spread > MAX_SPREAD
+    assert unsteadiness(steady, 0.0) == ""
+    assert "scatter" in unsteadiness(scattered, 0.0)
+    assert "waited for a CPU" in unsteadiness(steady, 0.5)
+
+
+def test_load_probe_is_run_queue_wait_over_wall_time(monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from kernelgen.tune import load
+
+    waits, clock = iter([2.0, 2.25]), iter([10.0, 10.5])
+    monkeypatch.setattr(load, "_run_queue_wait", lambda: next(waits))
+    monkeypatch.setattr(load, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
+    with load.LoadProbe() as probe:
+        pass
+    assert probe.wait_fraction == pytest.approx(0.5) and probe.contended

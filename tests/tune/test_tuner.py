@@ -223,3 +223,192 @@ def test_a_config_within_the_tie_tolerance_of_the_default_does_not_replace_it(db
     result = tune_graph(graph, db=db, implementations=[impl], measure=measurer, seed=1, trials=8)
     assert measurer.calls[challenger] == 1 + CONFIRM_ROUNDS  # it was a finalist ...
     assert result.best.config == default and is_confirmation(result.best)  # ... and lost the tie
+
+
+# ------------------------------------------------------------------------- noise cannot fool the verdict
+
+def _scaled(m, factor, message=""):
+    t = m.time.median * factor
+    return type(m)(m.config, m.status, type(m.time)(median=t, min=t, spread=0.0, repeats=5), threads=1,
+                   message=message)
+
+
+class _BusyWhileConfirming(CountingMeasurer):
+    """True times during the search; while confirming (a config's 2nd measurement on), the measurements
+    numbered in ``busy`` (per config: 2 = its first confirmation round) are ``spike`` times slower."""
+
+    def __init__(self, busy, spike=1000.0) -> None:
+        super().__init__()
+        self.busy, self.spike = busy, spike
+
+    def __call__(self, impl, config):
+        m = super().__call__(impl, config)
+        return _scaled(m, self.spike) if m.ok and self.calls[config] in self.busy else m
+
+
+def _verdict_to_trial(result) -> float:
+    """The verdict's time over the fastest search trial of the same config."""
+    trial = min(r.measurement.time.median for r in result.search_trials if r.config == result.best.config)
+    return result.best.measurement.time.median / trial
+
+
+def test_a_spike_during_confirmation_does_not_become_the_verdict(db) -> None:
+    from kernelgen.values import Evidence
+
+    graph = relu_add_graph()
+    result = _tune(db, graph, _BusyWhileConfirming(busy={2, 3}), trials=10)  # 2 of the 3 rounds spike
+    assert result.best.evidence is Evidence.DECLARED
+    assert _verdict_to_trial(result) <= 1.5  # the median of the rounds would be 1000x
+    assert db.best(graph.workload_key, result.target.fingerprint) == result.best
+
+
+def test_a_confirmation_busy_throughout_is_remeasured_in_more_rounds(db) -> None:
+    from kernelgen.values import Evidence
+
+    graph = relu_add_graph()
+    measurer = _BusyWhileConfirming(busy={2, 3, 4, 5})  # the first four rounds all spike
+    result = _tune(db, graph, measurer, trials=10)
+    assert measurer.calls[result.best.config] > 1 + CONFIRM_ROUNDS  # more rounds than usual ...
+    assert result.best.evidence is Evidence.DECLARED and _verdict_to_trial(result) <= 1.5  # ... until it agreed
+    assert result.note == ""
+
+
+def test_a_confirmation_that_never_agrees_with_the_trials_declares_no_verdict(db, caplog) -> None:
+    from kernelgen.values import Evidence
+
+    graph = relu_add_graph()
+    with caplog.at_level("WARNING", logger="kernelgen.tune"):
+        result = _tune(db, graph, _BusyWhileConfirming(busy=range(2, 1000)), trials=10)
+    confirmations = [r for r in result.trials if is_confirmation(r)]
+    assert confirmations and not any(r.evidence is Evidence.DECLARED for r in result.trials)
+    assert result.note.startswith("no verdict") and "search trial" in result.note  # said in the result ...
+    assert all("no verdict" in r.measurement.message for r in confirmations)  # ... in the records ...
+    assert any("no verdict" in rec.getMessage() for rec in caplog.records)  # ... and in the log
+    stored = db.best(graph.workload_key, result.target.fingerprint)
+    assert stored.evidence is not Evidence.DECLARED
+    # On a quiet machine the next run confirms again, without searching again, and declares.
+    quiet = CountingMeasurer()
+    again = _tune(db, graph, quiet, trials=10)
+    assert len(again.search_trials) == len(result.search_trials) and again.measured == quiet.total > 0
+    assert again.best.evidence is Evidence.DECLARED and _verdict_to_trial(again) <= 1.5
+    assert db.best(graph.workload_key, result.target.fingerprint) == again.best
+
+
+class _UnsteadyWhileConfirming(CountingMeasurer):
+    def __call__(self, impl, config):
+        from kernelgen.tune.measure import UNSTEADY
+
+        m = super().__call__(impl, config)
+        return _scaled(m, 1.0, f"{UNSTEADY}: injected") if m.ok and self.calls[config] > 1 else m
+
+
+def test_timings_under_load_get_more_rounds_and_the_verdict_says_so(db) -> None:
+    from kernelgen.tune.confirm import MAX_ROUNDS
+    from kernelgen.values import Evidence
+
+    measurer = _UnsteadyWhileConfirming()
+    result = _tune(db, relu_add_graph(), measurer, trials=10)
+    assert measurer.calls[result.best.config] == 1 + MAX_ROUNDS
+    assert result.best.evidence is Evidence.DECLARED and "unsteady" in result.note  # consistent, but noted
+
+
+class _DriftingLoad(_LoadShiftMeasurer):
+    """``_LoadShiftMeasurer`` that also times eager PyTorch, EAGER_COST at no load, under the same load."""
+
+    EAGER_COST = 0.04
+
+    def eager(self, impl):
+        from kernelgen.values import TimeStats
+
+        t = self.EAGER_COST * self.load
+        return TimeStats(median=t, min=t, spread=0.0, repeats=5)
+
+
+@pytest.mark.parametrize("time_eager", [False, True])
+def test_vs_default_and_vs_eager_come_from_the_verdicts_rounds(db, time_eager) -> None:
+    graph = relu_add_graph()
+    impls = [_Named(graph, "a-fast-under-load"), _Named(graph, "b-slow")]
+    # a is searched and confirmed alone under load (3x); its default was confirmed then too. The showdown
+    # runs without load: a default taken from a's own rounds would make the speedup look 3x too big.
+    extra = {"time_eager": True} if time_eager else {}
+    result = tune_graph(graph, db=db, implementations=impls, measure=_DriftingLoad(fast="a-fast-under-load"),
+                        seed=1, trials=16, **extra)
+    assert result.best.implementation == "a-fast-under-load"
+    default = impls[0].default_config(result.target)
+    figures = result.to_json()
+    truth = landscape_time(default) / landscape_time(result.best.config)
+    assert figures["speedup_vs_default"] == pytest.approx(truth, rel=1e-6)
+    if time_eager:
+        assert figures["speedup_vs_eager"] == pytest.approx(_DriftingLoad.EAGER_COST / (0.5 * landscape_time(
+            result.best.config)), rel=1e-6)
+    else:
+        assert figures["speedup_vs_eager"] is None
+
+
+class _BusyShowdown(CountingMeasurer):
+    """Tiny spaces: a's challenger is truly 1.25x faster than a's default; b is slow. Each (implementation,
+    config) is measured quietly in its search and its own rounds, then the machine is 1.4x slower."""
+
+    def __init__(self, challenger) -> None:
+        super().__init__()
+        self.challenger, self.seen = challenger, {}
+
+    def __call__(self, impl, config):
+        m = super().__call__(impl, config)
+        if not m.ok:
+            return m
+        key = (impl.name, config)
+        self.seen[key] = self.seen.get(key, 0) + 1
+        t = 2e-3 if impl.name == "b" else (0.8e-3 if config == self.challenger else 1e-3)
+        t *= 1.4 if self.seen[key] > 1 + CONFIRM_ROUNDS else 1.0
+        return type(m)(config, m.status, type(m.time)(median=t, min=t, spread=0.0, repeats=5), threads=1)
+
+
+class _RandomLoad(CountingMeasurer):
+    """Every measurement is slowed by a random load (contention only ever adds time)."""
+
+    def __init__(self, seed: int) -> None:
+        import random
+
+        super().__init__()
+        self.rng = random.Random(seed)
+
+    def __call__(self, impl, config):
+        m = super().__call__(impl, config)
+        busy = self.rng.random() < 0.5
+        factor = (1.0 + self.rng.random() * 4) if busy else 1.0
+        factor *= 0.9 if impl.name == "a" else 1.0  # a's configs are a bit faster than b's
+        return _scaled(m, factor) if m.ok else m
+
+
+def test_a_winner_timed_in_a_busier_showdown_is_not_reported_slower_than_its_default(db) -> None:
+    graph = relu_add_graph()
+    impls = [_Tiny(graph, "a"), _Tiny(graph, "b")]
+    space = impls[0].space(None)
+    default = space.default()
+    challenger = next(c for c in space if c != default)
+    fail = {c for c in space if c not in (default, challenger)}
+    measurer = _BusyShowdown(challenger)
+    measurer.fail = lambda c: c in fail
+    result = tune_graph(graph, db=db, implementations=impls, measure=measurer, seed=1, trials=8)
+    assert (result.best.implementation, result.best.config) == ("a", challenger)
+    assert result.to_json()["speedup_vs_default"] == pytest.approx(1.25)  # not 0.8 x 1.4 against 1.0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_tuned_winner_is_never_reported_slower_than_the_default(tmp_path, seed) -> None:
+    graph = relu_add_graph()
+    for n, impls in enumerate(([_TinyImpl(graph)], [_Tiny(graph, "a"), _Tiny(graph, "b")])):
+        with open_db(f"sqlite:///{tmp_path / f'{n}.sqlite'}") as database:
+            result = tune_graph(graph, db=database, implementations=impls, measure=_RandomLoad(seed), seed=seed,
+                                trials=8)
+        speedup = result.to_json()["speedup_vs_default"]
+        assert speedup is not None and speedup >= 1.0
+        if result.best.config == impls[0].space(None).default():
+            assert speedup == 1.0
+
+
+class _Tiny(_TinyImpl):
+    def __init__(self, graph, name: str) -> None:
+        super().__init__(graph)
+        self.name = name
