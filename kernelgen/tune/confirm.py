@@ -123,6 +123,8 @@ def confirm(finalists: Sequence[Finalist[H]], tie_key: Callable[[H], Any], *,
         if not (doubt or caveat) or done >= max_rounds:
             break
     results = [(finalists[i].item, m) for i, m in summaries]
+    if winner is not None:
+        caveat = "; ".join(filter(None, [caveat, _disturbed_search(finalists[kept[winner]], summaries[winner][1])]))
     eager_time = robust_time(eager_runs) if eager_runs else None
     return Confirmation(results, winner, eager_time, done, measured, doubt, caveat)
 
@@ -146,6 +148,15 @@ def _doubts(finalist: Finalist[Any], runs: Sequence[Measurement], summary: Measu
     if all(is_unsteady(m) for m in runs):
         caveat = f"every one of the leader's {len(runs)} round timings was unsteady ({_why(runs[-1])})"
     return doubt, caveat
+
+
+def _disturbed_search(finalist: Finalist[Any], summary: Measurement) -> str:
+    """A leader confirmed far faster than its search trial: the verdict stands (contention only slows), but
+    the search that picked the finalists ran under load and may have passed over faster configs."""
+    t, trial = summary.time.median, finalist.trial  # type: ignore[union-attr]
+    if trial is None or t <= 0 or trial <= TRIAL_AGREEMENT * t:
+        return ""
+    return f"the leader's search trial {trial:.3g} s was {trial / t:.1f}x its confirmed time: the search ran under load"
 
 
 def _why(m: Measurement) -> str:

@@ -294,6 +294,14 @@ def test_a_confirmation_that_never_agrees_with_the_trials_declares_no_verdict(db
     assert db.best(graph.workload_key, result.target.fingerprint) == again.best
 
 
+def test_a_search_slowed_by_load_is_noted_beside_the_verdict(db) -> None:
+    from kernelgen.values import Evidence
+
+    result = _tune(db, relu_add_graph(), _BusyWhileConfirming(busy={1}, spike=10.0), trials=10)  # search only
+    assert result.best.evidence is Evidence.DECLARED and _verdict_to_trial(result) == pytest.approx(0.1)
+    assert "search ran under load" in result.note
+
+
 class _UnsteadyWhileConfirming(CountingMeasurer):
     def __call__(self, impl, config):
         from kernelgen.tune.measure import UNSTEADY
