@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import time
 import traceback
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -324,25 +323,5 @@ def pin_threads(threads: int) -> None:
         pass
 
 
-def time_function(fn: Callable[..., Any], graph: Graph, policy: TimingPolicy) -> TimeStats | None:
-    """Time ``fn`` eagerly on the graph's seeded inputs with the tuner's thread count; None if it fails."""
-    import torch
-
-    from kernelgen.backends import get_backend
-    from kernelgen.tune.measure import make_inputs
-
-    inputs = [view for _, view in make_inputs(graph.signature, 0)]
-    before = torch.get_num_threads()
-    torch.set_num_threads(policy.resolved_threads())
-    try:
-        with torch.no_grad():
-            return get_backend("cpp").benchmark(lambda: fn(*inputs), min_time=policy.min_time, warmup=policy.warmup,
-                                                min_repeats=policy.min_repeats, max_repeats=policy.max_repeats)
-    except Exception:  # eager timing is a figure for the table, never a reason to fail the run
-        return None
-    finally:
-        torch.set_num_threads(before)
-
-
 __all__ = ["Bench", "MAX_SPREAD", "TOLERANCES", "TimingPolicy", "UNSTEADY", "compare", "is_unsteady", "make_inputs",
-           "pin_threads", "reference_outputs", "time_function", "unsteadiness"]
+           "pin_threads", "reference_outputs", "unsteadiness"]

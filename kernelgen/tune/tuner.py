@@ -241,9 +241,10 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
                 winners.append(outcome.winner)
             rounds = outcome.rounds or rounds
         verdicts = [r for r in result.trials if r.evidence is Evidence.DECLARED]
-        if len(winners) > 1 and (result.measured > 0 or not verdicts):
+        if len(impls) > 1 and winners and (result.measured > 0 or not verdicts):
             # Each implementation's winner was timed at a different moment: only side by side is the
-            # comparison fair on a shared machine.
+            # comparison fair on a shared machine. (With one winner left, its default and eager still
+            # need the verdict's rounds.)
             rounds = _showdown(db, graph, result.trials, winners, impls, target, opts)
             result.trials.extend(rounds[1])
             result.measured += rounds[0].measured
