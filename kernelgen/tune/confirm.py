@@ -71,8 +71,8 @@ def robust_time(rounds: Sequence[TimeStats]) -> TimeStats:
     """
     meds = [t.median for t in rounds]
     best = min(meds)
-    return TimeStats(median=best, min=min(t.min for t in rounds), spread=(max(meds) - best) / best if best > 0 else 0.0,
-                     repeats=sum(t.repeats for t in rounds))
+    return TimeStats(median=best, min=min(t.min for t in rounds),
+                     spread=(max(meds) - best) / best if best > 0 else 0.0, repeats=sum(t.repeats for t in rounds))
 
 
 def fastest(results: Sequence[tuple[H, Measurement]], tie_key: Callable[[H], Any]) -> int | None:
@@ -81,7 +81,8 @@ def fastest(results: Sequence[tuple[H, Measurement]], tie_key: Callable[[H], Any
     if not results:
         return None
     best = min(m.time.median for _, m in results)  # type: ignore[union-attr]
-    tied = [i for i, (_, m) in enumerate(results) if m.time.median <= best * (1 + TIE_TOLERANCE)]  # type: ignore[union-attr]
+    tied = [i for i, (_, m) in enumerate(results)
+            if m.time.median <= best * (1 + TIE_TOLERANCE)]  # type: ignore[union-attr]
     return min(tied, key=lambda i: tie_key(results[i][0]))
 
 
@@ -101,7 +102,8 @@ def confirm(finalists: Sequence[Finalist[H]], tie_key: Callable[[H], Any], *,
     while True:
         for j in range(len(slots)):
             slot = slots[(j + done) % len(slots)]
-            measured += slot == n or slot not in failed
+            if slot == n or slot not in failed:
+                measured += 1
             if slot == n:
                 t = eager()  # type: ignore[misc]
                 if t is not None:
@@ -124,15 +126,16 @@ def confirm(finalists: Sequence[Finalist[H]], tie_key: Callable[[H], Any], *,
             break
     results = [(finalists[i].item, m) for i, m in summaries]
     if winner is not None:
-        caveat = "; ".join(filter(None, [caveat, _disturbed_search(finalists[kept[winner]], summaries[winner][1])]))
+        disturbed = _disturbed_search(finalists[kept[winner]], summaries[winner][1])
+        caveat = "; ".join(filter(None, [caveat, disturbed]))
     eager_time = robust_time(eager_runs) if eager_runs else None
     return Confirmation(results, winner, eager_time, done, measured, doubt, caveat)
 
 
 def _summary(runs: Sequence[Measurement]) -> Measurement:
     last = runs[-1]
-    return Measurement(config=last.config, status=Status.OK, time=robust_time([m.time for m in runs]),  # type: ignore[misc]
-                       threads=last.threads)
+    stats = robust_time([m.time for m in runs if m.time is not None])
+    return Measurement(config=last.config, status=Status.OK, time=stats, threads=last.threads)
 
 
 def _doubts(finalist: Finalist[Any], runs: Sequence[Measurement], summary: Measurement) -> tuple[str, str]:
@@ -156,7 +159,8 @@ def _disturbed_search(finalist: Finalist[Any], summary: Measurement) -> str:
     t, trial = summary.time.median, finalist.trial  # type: ignore[union-attr]
     if trial is None or t <= 0 or trial <= TRIAL_AGREEMENT * t:
         return ""
-    return f"the leader's search trial {trial:.3g} s was {trial / t:.1f}x its confirmed time: the search ran under load"
+    return (f"the leader's search trial {trial:.3g} s was {trial / t:.1f}x its confirmed time: "
+            "the search ran under load")
 
 
 def _why(m: Measurement) -> str:
@@ -173,7 +177,8 @@ def commit_confirmation(conf: Confirmation[H], declare: bool, commit: Callable[[
     out = []
     for i, (finalist, m) in enumerate(conf.results):
         prefix = DECLARED_PREFIX if declare and i == conf.winner and not conf.doubt else CONFIRM_PREFIX
-        message = f"{prefix}: fastest round median of {conf.rounds} interleaved rounds (rounds {conf.tag}) against {what}"
+        message = (f"{prefix}: fastest round median of {conf.rounds} interleaved rounds (rounds {conf.tag}) "
+                   f"against {what}")
         if declare and conf.note:
             message += f"; {conf.note}"
         record = commit(finalist, Measurement(config=m.config, status=Status.OK, time=m.time, message=message,

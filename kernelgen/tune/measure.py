@@ -199,7 +199,8 @@ class Bench:
         notes = ["kernel writes its inputs: restored before every run"] if writes_inputs else []
         if unsteady:
             notes.append(f"{UNSTEADY}: {unsteady}")
-        return Measurement(config=config, status=Status.OK, time=stats, threads=self.threads, message="; ".join(notes))
+        return Measurement(config=config, status=Status.OK, time=stats, threads=self.threads,
+                           message="; ".join(notes))
 
     def measure(self, config: Config) -> Measurement:
         failure = self.build(config)
