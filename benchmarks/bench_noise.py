@@ -14,6 +14,9 @@ CPU, then prints per workload and shape:
 - vs eager and vs default, both measured in the verdict's own interleaved rounds;
 - the note of the verdict's rounds (why no verdict was declared, or that the timings were unsteady).
 
+Then it checks the database itself: every declared verdict record against the fastest search trial of its
+(implementation, config), and prints how many exceed 1.5x (the goal: none).
+
 Prints figures, asserts nothing. Run from anywhere; the tuning runs in the repository root so that the
 manifest's ``examples.ops`` functions import.
 """
@@ -96,12 +99,11 @@ def _x(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
-def report(doc: dict[str, Any]) -> int:
-    """Print one row per workload and shape; returns how many verdicts exceed LIMIT x their trial."""
+def report(doc: dict[str, Any]) -> None:
+    """Print one row per workload and shape, as ``kernelgen tune --json`` reported it."""
     head = ("workload", "shape", "implementation", "verdict", "trial", "ratio", f">{LIMIT}x", "vs eager",
             "vs default", "note")
     rows = []
-    over = 0
     for w in doc["workloads"]:
         if w.get("error"):
             rows.append((w["name"], "-", "error", "-", "-", "-", "-", "-", "-", w["error"]))
@@ -109,14 +111,34 @@ def report(doc: dict[str, Any]) -> int:
         for r in w["results"]:
             shape = ", ".join("x".join(map(str, s["shape"])) for s in r["signature"])
             ratio = r["time"] / r["trial_time"] if r.get("time") and r.get("trial_time") else None
-            over += ratio is not None and ratio > LIMIT
-            rows.append((w["name"], shape, r["implementation"] or "-", _t(r["time"]), _t(r.get("trial_time")),
-                         _x(ratio), "-" if ratio is None else ("YES" if ratio > LIMIT else "no"),
+            refused = (r.get("note") or "").startswith("no verdict")
+            flag = "-" if ratio is None else ("YES" if ratio > LIMIT else "no")
+            rows.append((w["name"], shape, r["implementation"] or "-",
+                         _t(r["time"]) + (" (refused)" if refused else ""), _t(r.get("trial_time")),
+                         _x(ratio), flag,
                          _x(r["speedup_vs_eager"]), _x(r["speedup_vs_default"]), r.get("note") or ""))
     widths = [max(len(str(row[i])) for row in [head, *rows]) for i in range(len(head) - 1)]
     for row in [head, *rows]:
         print("  ".join(str(c).ljust(n) for c, n in zip(row, widths)) + "  " + str(row[-1]))
-    return over
+
+
+def recorded_verdicts(url: str) -> tuple[int, list[float]]:
+    """(declared verdicts in the database, ratio of each to the fastest search trial of its config)."""
+    from kernelgen.db import open_db
+    from kernelgen.values import Evidence
+
+    with open_db(url) as db:
+        records = [r for r in db.records() if r.measurement.ok]
+    def key(r: Any) -> tuple[str, str, str]:
+        return r.workload_key, r.implementation, r.config.key()
+
+    trials: dict[tuple[str, str, str], float] = {}
+    for r in records:
+        if r.evidence is Evidence.TRIAL:
+            trials[key(r)] = min(trials.get(key(r), float("inf")), r.measurement.time.median)
+    verdicts = [r for r in records if r.evidence is Evidence.DECLARED]
+    ratios = [r.measurement.time.median / trials[key(r)] for r in verdicts if key(r) in trials]
+    return len(verdicts), ratios
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,8 +177,11 @@ def main(argv: list[str] | None = None) -> int:
         except json.JSONDecodeError:
             print(done.stderr[-2000:], file=sys.stderr)
             return 1
-    over = report(doc)
-    print(f"# verdicts more than {LIMIT}x their trial: {over}")
+        report(doc)
+        count, ratios = recorded_verdicts(db)
+    worst = f", worst {max(ratios):.2f}x" if ratios else ""
+    print(f"# database: {count} declared verdicts; more than {LIMIT}x their search trial: "
+          f"{sum(r > LIMIT for r in ratios)}{worst}")
     return 0
 
 
