@@ -340,7 +340,7 @@ def test_vs_default_and_vs_eager_come_from_the_verdicts_rounds(db, time_eager) -
     # runs without load: a default taken from a's own rounds would make the speedup look 3x too big.
     extra = {"time_eager": True} if time_eager else {}
     result = tune_graph(graph, db=db, implementations=impls, measure=_DriftingLoad(fast="a-fast-under-load"),
-                        seed=1, trials=16, **extra)
+                        seed=1, trials=12, sampler="random", **extra)
     assert result.best.implementation == "a-fast-under-load"
     default = impls[0].default_config(result.target)
     figures = result.to_json()
@@ -403,7 +403,7 @@ def test_a_winner_timed_in_a_busier_showdown_is_not_reported_slower_than_its_def
     assert result.to_json()["speedup_vs_default"] == pytest.approx(1.25)  # not 0.8 x 1.4 against 1.0
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(3))
 def test_the_tuned_winner_is_never_reported_slower_than_the_default(tmp_path, seed) -> None:
     graph = relu_add_graph()
     for n, impls in enumerate(([_TinyImpl(graph)], [_Tiny(graph, "a"), _Tiny(graph, "b")])):
