@@ -1,0 +1,50 @@
+"""confirm(): finalists, the default and eager share every round; rounds are bounded; the robust statistic."""
+
+from __future__ import annotations
+
+from kernelgen.tune.confirm import CONFIRM_ROUNDS, MAX_ROUNDS, Finalist, confirm, robust_time
+from kernelgen.values import Config, Measurement, Status, TimeStats
+
+
+def _stats(t: float) -> TimeStats:
+    return TimeStats(median=t, min=t, spread=0.0, repeats=5)
+
+
+def _finalist(log: list[str], name: str, times, trial=None, default=False) -> Finalist:
+    it = iter(times)
+
+    def measure() -> Measurement:
+        log.append(name)
+        return Measurement(Config(name=name), Status.OK, _stats(next(it)), threads=1)
+
+    return Finalist(name, measure, trial, default)
+
+
+def test_eager_and_the_default_are_measured_in_every_round_beside_the_finalists() -> None:
+    log: list[str] = []
+    finalists = [_finalist(log, "a", [1.0] * 9, trial=1.0), _finalist(log, "d", [2.0] * 9, trial=2.0, default=True)]
+
+    def eager() -> TimeStats:
+        log.append("eager")
+        return _stats(4.0)
+
+    conf = confirm(finalists, str, eager=eager)
+    assert conf.rounds == CONFIRM_ROUNDS and conf.measured == 3 * CONFIRM_ROUNDS
+    rounds = [log[i:i + 3] for i in range(0, len(log), 3)]
+    assert all(sorted(r) == ["a", "d", "eager"] for r in rounds)  # each round holds each of them once ...
+    assert len({tuple(r) for r in rounds}) == len(rounds)  # ... in a rotating order
+    assert conf.results[conf.winner][0] == "a" and conf.eager.median == 4.0 and not conf.doubt
+
+
+def test_rounds_stop_at_the_bound_when_the_leader_never_agrees_with_its_trial() -> None:
+    log: list[str] = []
+    conf = confirm([_finalist(log, "a", [10.0] * 20, trial=1.0)], str)
+    assert conf.rounds == MAX_ROUNDS and len(log) == MAX_ROUNDS and "search trial" in conf.doubt
+
+
+def test_the_smallest_round_median_is_the_time_and_a_tie_goes_to_the_default() -> None:
+    assert robust_time([_stats(3.0), _stats(1.0), _stats(2.0)]).median == 1.0
+    log: list[str] = []
+    finalists = [_finalist(log, "a", [0.999, 5.0, 5.0]), _finalist(log, "z-default", [5.0, 1.0, 5.0], default=True)]
+    conf = confirm(finalists, str)
+    assert conf.results[conf.winner][0] == "z-default"  # 0.999 vs 1.0 is within the tie tolerance
