@@ -21,7 +21,7 @@ from kernelgen.errors import CompileError, KernelgenError
 from kernelgen.implementation import Implementation, allocate_outputs
 from kernelgen.ir import Graph
 from kernelgen.target import Target
-from kernelgen.tune.load import LoadProbe
+from kernelgen.tune.load import WAIT_LIMIT, LoadProbe
 from kernelgen.values import Config, Measurement, Status, TensorSpec, TimeStats
 
 # (rtol, atol) per output dtype. Loose enough for -ffast-math (vectorised erf/tanh, reassociated sums),
@@ -271,8 +271,6 @@ class Bench:
 
 def unsteadiness(stats: TimeStats, wait_fraction: float) -> str:
     """Why a timing cannot be trusted as it stands ("" when it can): scattered repeats or a contended CPU."""
-    from kernelgen.tune.load import WAIT_LIMIT
-
     why = []
     if stats.spread > MAX_SPREAD:
         why.append(f"repeats scatter (IQR/median {stats.spread:.2f} > {MAX_SPREAD})")
