@@ -164,8 +164,9 @@ class Bench:
         self._launchers[config] = launcher
         return None
 
-    def run(self, config: Config) -> Measurement:
-        """Check the built ``config`` against the reference, then time it."""
+    def check(self, config: Config) -> Measurement | None:
+        """Run the built ``config`` once and compare with the reference (then the implementation's own
+        check); a ``runtime_error`` / ``wrong_result`` measurement, or None when it passes."""
         launcher = self._launchers[config]
         self._restore()
         self._poison_outputs()
@@ -178,6 +179,14 @@ class Bench:
             problem = compare(out, exp, spec.dtype)
             if problem is not None:
                 return self._failed(config, Status.WRONG_RESULT, f"output {i}: {problem}")
+        return self.impl.check_launcher(launcher, config)
+
+    def run(self, config: Config) -> Measurement:
+        """Check the built ``config`` against the reference, then time it."""
+        failure = self.check(config)
+        if failure is not None:
+            return failure
+        launcher = self._launchers[config]
         writes_inputs = not self._inputs_intact()
         fast = getattr(launcher, "launch", launcher)  # skip per-call argument checks while timing
         args = (*self.inputs, *self.outputs)
