@@ -15,22 +15,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kernelgen.errors import KernelgenError, RegistryError
+from kernelgen.errors import KernelgenError
 from kernelgen.paths import atomic_write_text, cache_dir
 from kernelgen.values import Config, Status, TensorSpec
 
 log = logging.getLogger("kernelgen.registry")
-
-
-class CheckFailedError(RegistryError):
-    """A custom call disagreed with its reference (or crashed) on a check; it is never dispatched.
-
-    ``status`` is the exact failure: ``wrong_result``, ``runtime_error``, ``timeout`` or ``compile_error``.
-    """
-
-    def __init__(self, message: str, status: Status = Status.WRONG_RESULT) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def random_inputs(specs: Sequence[TensorSpec], device: str = "cpu", seed: int = 0) -> list[Any]:

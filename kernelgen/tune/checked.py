@@ -151,8 +151,8 @@ def _run(impl: Any, config: Config, target: Any, policy: Any, timeout: float) ->
         with measurer:
             failure = measurer.check(config)
     except KernelgenError as exc:
-        return Verdict(Status.RUNTIME_ERROR, f"{_SETUP_FAILED} ({exc}); register it in an importable module or a "
-                                             f"registry folder, or set {ISOLATE_ENV}=0 to check it in this process")
+        return Verdict(Status.RUNTIME_ERROR, f"{_SETUP_FAILED} ({exc}); {ISOLATE_ENV}=0 checks it in this "
+                                             "process instead, where a crash ends the process")
     if failure is None:
         return Verdict(Status.OK)
     return Verdict(failure.status, failure.message)
