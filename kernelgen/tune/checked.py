@@ -73,13 +73,36 @@ def _isolated() -> bool:
     return os.environ.get(ISOLATE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
+def _references(graph: Any) -> dict[str, str]:
+    """The source of the reference of each custom call in ``graph``: what the kernel is compared with."""
+    import inspect
+
+    names = sorted({n.attr("name") for n in graph.nodes if n.op == "custom_call"})
+    if not names:
+        return {}
+    from kernelgen.registry import reference_for
+
+    found = {}
+    for name in names:
+        try:
+            fn = reference_for(name)
+        except KernelgenError:
+            found[name] = "missing"  # the check itself reports it
+            continue
+        try:
+            found[name] = inspect.getsource(fn)
+        except (OSError, TypeError):  # defined interactively: its name is all there is
+            found[name] = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}"
+    return found
+
+
 def _key(impl: Any, config: Config, target: Any, threads: int) -> tuple[str, dict[str, Any]]:
     from kernelgen import __version__
 
     fields = {"format": _FORMAT, "implementation": impl.name, "backend": impl.backend,
               "source_hash": impl.source_hash(), "config": config.to_json(), "workload": impl.graph.workload_key,
-              "signature": [s.to_json() for s in impl.graph.signature], "target": target.fingerprint,
-              "kernelgen": __version__, "threads": threads}
+              "signature": [s.to_json() for s in impl.graph.signature], "references": _references(impl.graph),
+              "target": target.fingerprint, "kernelgen": __version__, "threads": threads}
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
     return digest, fields
 

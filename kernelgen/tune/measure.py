@@ -161,6 +161,7 @@ class Bench:
             return Measurement.failure(config, Status.COMPILE_ERROR, _unexpected(exc))
         if hasattr(launcher, "num_threads"):
             launcher.num_threads = self.threads
+        self._place_on(getattr(launcher, "device", "cpu"))
         self._launchers[config] = launcher
         return None
 
@@ -212,6 +213,20 @@ class Bench:
     def _failed(self, config: Config, status: Status, message: str) -> Measurement:
         m = Measurement.failure(config, status, message)
         return Measurement(config=config, status=status, message=m.message, threads=self.threads)
+
+    def _place_on(self, device: str) -> None:
+        # A GPU kernel (Triton on a GPU, a CUDA/HIP custom call) takes tensors on its device; the inputs are
+        # drawn on the CPU so every process draws the same values, then moved once.
+        if device == getattr(self, "_device", "cpu"):
+            return
+        self._device = device
+        moved = [(base.to(device), view) for base, view in self._pristine]
+        self._pristine = [(base, base.as_strided(v.shape, v.stride())) for base, v in moved]
+        copies = [base.clone() for base, _ in self._pristine]
+        self._work = [(c, c.as_strided(v.shape, v.stride())) for c, (_, v) in zip(copies, self._pristine)]
+        self.inputs = [view for _, view in self._work]
+        self.outputs = [t.to(device) for t in self.outputs]
+        self.expected = [t.to(device) for t in self.expected]
 
     def _restore(self) -> None:
         for (work, _), (pristine, _) in zip(self._work, self._pristine):

@@ -65,6 +65,7 @@ class WorkerProcess:
         )
         self._buffer = b""
         self.setup_key: str | None = None
+        self.setups = 0  # implementations set up so far (more than 0: reused from the pool)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -212,15 +213,26 @@ class IsolatedMeasurer:
                 self.restarts += 1
             self._worker = _acquire(self.threads)
         if self._worker.setup_key != self._key:
-            try:
-                reply = self._worker.call(self._setup, SETUP_TIMEOUT)
-            except WorkerDied as exc:
-                raise KernelgenError(f"the measurement worker failed to start: {exc}") from None
+            reply = self._call_setup()
+            if "error" in reply and self._worker.setups:
+                # A pooled worker keeps what it imported for earlier graphs (a registration since edited or
+                # replaced): a fresh one starts from the sources as they are now.
+                self._worker.close()
+                self._worker = WorkerProcess(self.threads)
+                reply = self._call_setup()
             if "error" in reply:
                 raise KernelgenError(f"the measurement worker cannot set up {self._setup['implementation']!r}: "
                                      f"{reply['error']}")
             self._worker.setup_key = self._key
+            self._worker.setups += 1
         return self._worker
+
+    def _call_setup(self) -> dict[str, Any]:
+        assert self._worker is not None
+        try:
+            return self._worker.call(self._setup, SETUP_TIMEOUT)
+        except WorkerDied as exc:
+            raise KernelgenError(f"the measurement worker failed to start: {exc}") from None
 
     def measure(self, config: Config) -> Measurement:
         worker = self._ready()

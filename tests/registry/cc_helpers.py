@@ -76,6 +76,7 @@ def import_faulty_module(tmp_path, monkeypatch, calls):
     import uuid
 
     name = f"kg_faulty_{uuid.uuid4().hex[:12]}"  # unique: a pooled worker keeps the modules it imported
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / f"{name}.py").write_text(FAULTY_MODULE.format(calls=[tuple(c) for c in calls]))
     monkeypatch.syspath_prepend(str(tmp_path))
     return importlib.import_module(name)

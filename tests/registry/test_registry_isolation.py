@@ -179,3 +179,20 @@ def test_registry_check_refuses_a_non_positive_timeout(capsys):
     assert main(["registry", "check", "--timeout", "0"]) == 1
     assert capsys.readouterr().err.startswith("error: --timeout 0")
 
+
+
+def test_a_pooled_worker_never_checks_a_stale_registration(registry, tmp_path, monkeypatch):
+    """The same call name registered again with another kernel (an edited team folder, a reloaded module):
+    the worker that imported the first one must not check it in place of the second."""
+    from kernelgen.registry import Registry, use_registry
+
+    monkeypatch.setenv("KERNELGEN_CACHE_DIR", str(tmp_path / "cache"))
+    x = torch.randn(4, 8)
+    import_faulty_module(tmp_path / "v1", monkeypatch, [("again", "twice", "")])
+    (first,) = candidates(trace(_calls_one("again"), x), "cpp")
+    assert checked.check(first, Config({}), Target.current("cpp")).ok
+    with use_registry(Registry()):
+        import_faulty_module(tmp_path / "v2", monkeypatch, [("again", "thrice", "")])
+        (second,) = candidates(trace(_calls_one("again"), x), "cpp")
+        assert second.source_hash() != first.source_hash()
+        assert checked.check(second, Config({}), Target.current("cpp")).status is Status.WRONG_RESULT
