@@ -135,8 +135,10 @@ def _write(digest: str, fields: dict[str, Any], verdict: Verdict) -> None:
         log.debug("could not keep the check verdict in %s: %s", _path(digest), exc)
 
 
-def check(impl: Any, config: Config, target: Any, *, timeout: float | None = None) -> Verdict:
+def check(impl: Any, config: Config, target: Any, *, timeout: float | None = None, quiet: bool = False) -> Verdict:
     """The verdict of ``impl`` with ``config`` on ``target``: cached, else built and run once in a worker.
+
+    A failure is logged once as a warning unless ``quiet`` (a caller that reports it itself).
 
     Never raises for a faulty kernel; a worker that cannot rebuild the implementation (a custom call
     registered in ``__main__``) is a failed verdict whose message says how to make it checkable.
@@ -155,7 +157,7 @@ def check(impl: Any, config: Config, target: Any, *, timeout: float | None = Non
                 _write(digest, fields, verdict)
         with _lock:
             _verdicts[digest] = verdict
-        if not verdict.ok:
+        if not verdict.ok and not quiet:
             log.warning("%s with config %s is not used for %s: %s", impl.name, dict(config),
                         [f"{s.dtype}{list(s.shape)}" for s in impl.graph.signature], verdict.describe())
         impl.note_verdict(config, verdict)
