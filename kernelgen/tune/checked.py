@@ -138,10 +138,9 @@ def _write(digest: str, fields: dict[str, Any], verdict: Verdict) -> None:
 def check(impl: Any, config: Config, target: Any, *, timeout: float | None = None, quiet: bool = False) -> Verdict:
     """The verdict of ``impl`` with ``config`` on ``target``: cached, else built and run once in a worker.
 
-    A failure is logged once as a warning unless ``quiet`` (a caller that reports it itself).
-
     Never raises for a faulty kernel; a worker that cannot rebuild the implementation (a custom call
-    registered in ``__main__``) is a failed verdict whose message says how to make it checkable.
+    registered in ``__main__``) is a failed verdict whose message says how to make it checkable. A failure
+    is logged once as a warning unless ``quiet`` (a caller that reports it itself).
     """
     from kernelgen.tune.measure import TimingPolicy
 
@@ -162,7 +161,6 @@ def check(impl: Any, config: Config, target: Any, *, timeout: float | None = Non
                         [f"{s.dtype}{list(s.shape)}" for s in impl.graph.signature], verdict.describe())
         impl.note_verdict(config, verdict)
     return verdict
-
 
 
 def _run(impl: Any, config: Config, target: Any, policy: Any, timeout: float) -> Verdict:

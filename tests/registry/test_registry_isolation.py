@@ -79,6 +79,7 @@ def test_a_database_verdict_for_a_crashing_call_is_not_dispatched(registry, tmp_
     assert compiled.explain(x)["implementation"] == "custom:dbc/cpp.good"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_tuning_records_the_exact_status_of_each_fault(registry, tmp_path, monkeypatch):
     calls = [("tc", symbol, symbol) for symbol in ("twice", *sorted(FAULTS))]
@@ -140,6 +141,7 @@ for _symbol in ("twice", {faults}):
 '''
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_registry_check_reports_each_fault_as_a_status_line(tmp_path):
     folder = tmp_path / "team" / "faulty"
