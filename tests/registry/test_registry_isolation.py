@@ -147,9 +147,10 @@ def test_registry_check_reports_each_fault_as_a_status_line(tmp_path):
     folder = tmp_path / "team" / "faulty"
     folder.mkdir(parents=True)
     (folder / "faulty.cpp").write_text(FAULTY_CPP)
-    (folder / "__init__.py").write_text(textwrap.dedent(FOLDER_INIT.format(faults=", ".join(map(repr, sorted(FAULTS))))))
-    env = {**os.environ, "KERNELGEN_REGISTRY_PATH": str(tmp_path / "team"), "KERNELGEN_CACHE_DIR": str(tmp_path / "cache"),
-           "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    faults = ", ".join(map(repr, sorted(FAULTS)))
+    (folder / "__init__.py").write_text(textwrap.dedent(FOLDER_INIT.format(faults=faults)))
+    env = {**os.environ, "KERNELGEN_REGISTRY_PATH": str(tmp_path / "team"),
+           "KERNELGEN_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     names = [arg for symbol in ("twice", *FAULTS) for arg in ("--name", f"cli_{symbol}")]
     proc = subprocess.run([sys.executable, "-m", "kernelgen", "registry", "check", "--timeout", str(CHECK_TIMEOUT),
                            *names], capture_output=True, text=True, env=env, timeout=220)
