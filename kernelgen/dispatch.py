@@ -258,11 +258,15 @@ class CompiledFunction:
             return _Entry(None, (), False, eager=True, source="eager")
         target = backend.target()
         impl, config, source = self._choose(graph, impls, backend.name, target)
-        try:
-            launcher = impl.build(config, target)
-        except KernelgenError as exc:
-            self._log_once(f"building {impl.name} with {dict(config)} failed: {exc}")
+        # Whatever the database says, a config runs here only once it passed a check in a worker process.
+        from kernelgen.tune.checked import build_checked, candidates_after
+
+        picked = build_checked(candidates_after((impl, config), impls, target), target)
+        if picked is None:
+            self._log_once(f"no implementation of it passed its check here ({', '.join(i.name for i in impls)})")
             return _Entry(None, (), False, eager=True, source="eager")
+        impl, config, launcher, source = picked.impl, picked.config, picked.launcher, \
+            "default" if picked.fallback else source
         import torch
 
         outputs = tuple((torch.Size(s.shape), getattr(torch, s.dtype)) for s in graph.output_specs)

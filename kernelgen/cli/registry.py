@@ -54,25 +54,30 @@ def register(app: typer.Typer) -> None:
         name: list[str] = typer.Option([], "--name", help="Only calls with this name (repeatable)."),
         all_configs: bool = typer.Option(False, "--all-configs", help="Check every valid config, not the default."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON results."),
+        timeout: float = typer.Option(60.0, "--timeout", help="Seconds one build or one run of a check may take."),
     ) -> None:
         """Compile every call whose toolchain is here and run every call whose platform is here against its
-        reference on its examples (Triton under its interpreter when there is no GPU). Exits 1 if any fails."""
+        reference on its examples (Triton under its interpreter when there is no GPU), each in a worker
+        process: a kernel that crashes or hangs fails its check. Exits 1 if any fails."""
         from kernelgen.custom_calls.verify import check_entry
         from kernelgen.errors import RegistryError
         from kernelgen.registry import entries
 
+        if not timeout > 0:
+            raise RegistryError(f"--timeout {timeout} is impossible: give a positive number of seconds")
         _interpret_triton_without_gpu()
         selected = [e for e in entries() if not name or e.name in name]
         if name and not selected:
             raise RegistryError(f"no custom call named {', '.join(name)}; see `kernelgen registry list`")
         results = []
         for entry in selected:
-            for result in check_entry(entry, all_configs):
+            for result in check_entry(entry, all_configs, timeout):
                 results.append(result)
                 if not as_json:
                     colour = {"passed": "green", "compiled": "green", "failed": "red"}.get(result["status"], "yellow")
+                    outcome = f"{result['outcome']}: " if result.get("outcome") else ""
                     typer.echo(f"{typer.style(result['status'], fg=colour):>8}  {result['implementation']}: "
-                               f"{result['message']}")
+                               f"{outcome}{' '.join(result['message'].split())}")
         failed = sum(r["status"] == "failed" for r in results)
         if as_json:
             typer.echo(json.dumps(results, indent=2))
@@ -80,4 +85,5 @@ def register(app: typer.Typer) -> None:
             counts = {s: sum(r["status"] == s for r in results) for s in ("passed", "compiled", "skipped", "failed")}
             typer.echo(", ".join(f"{n} {s}" for s, n in counts.items()))
         if failed:
-            raise typer.Exit(1)
+            names = sorted({r["implementation"] for r in results if r["status"] == "failed"})
+            raise RegistryError(f"{failed} check(s) failed: {', '.join(names)}; a failed call is never dispatched")

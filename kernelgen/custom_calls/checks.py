@@ -1,8 +1,9 @@
 """Checking a custom call against its reference, and the record of the last check of each entry.
 
-A call is checked on first use of each (workload, config) in a process; the outcome is logged and kept
-in ``<cache>/custom_calls/checks/<entry>.json`` (written atomically) so ``kernelgen registry list`` shows
-why a call is never dispatched.
+``run_check`` runs a launcher in this process: it is called inside the isolated check worker
+(``kernelgen.tune.checked``), never in the caller's process. The outcome of each first check is logged
+and kept in ``<cache>/custom_calls/checks/<entry>.json`` (written atomically) so ``kernelgen registry
+list`` shows why a call is never dispatched.
 """
 
 from __future__ import annotations
@@ -14,15 +15,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kernelgen.errors import KernelgenError, RegistryError
+from kernelgen.errors import KernelgenError
 from kernelgen.paths import atomic_write_text, cache_dir
-from kernelgen.values import Config, TensorSpec
+from kernelgen.values import Config, Status, TensorSpec
 
 log = logging.getLogger("kernelgen.registry")
-
-
-class CheckFailedError(RegistryError):
-    """A custom call disagreed with its reference (or crashed) on a check; it is never dispatched."""
 
 
 def random_inputs(specs: Sequence[TensorSpec], device: str = "cpu", seed: int = 0) -> list[Any]:
@@ -63,8 +60,10 @@ def compare(entry: Any, expected: Sequence[Any], actual: Sequence[Any]) -> str:
     return ""
 
 
-def run_check(entry: Any, graph: Any, launcher: Callable[..., None], device: str = "cpu") -> str:
-    """Run ``launcher`` on random inputs of ``graph`` and compare with the reference; '' when it matches."""
+def run_check(entry: Any, graph: Any, launcher: Callable[..., None], device: str = "cpu") -> tuple[Status, str] | None:
+    """Run ``launcher`` on random inputs of ``graph`` and compare with the reference with the entry's
+    tolerance: None when it matches, else ``(runtime_error, ...)`` when it raised or
+    ``(wrong_result, ...)``. Runs the kernel in this process: call it only inside a check worker."""
     from kernelgen.implementation import allocate_outputs
     from kernelgen.reference import evaluate
     from kernelgen.registry import reference_for
@@ -78,10 +77,11 @@ def run_check(entry: Any, graph: Any, launcher: Callable[..., None], device: str
     try:
         launcher(*inputs, *outputs)
     except KernelgenError as exc:
-        return f"raised {type(exc).__name__}: {exc}"
+        return Status.RUNTIME_ERROR, f"raised {type(exc).__name__}: {exc}"
     except Exception as exc:  # a hand-written launcher can raise anything; it is a failed check
-        return f"raised {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
-    return compare(entry, expected, outputs)
+        return Status.RUNTIME_ERROR, f"raised {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+    problem = compare(entry, expected, outputs)
+    return (Status.WRONG_RESULT, problem) if problem else None
 
 
 def _record_path(entry: Any) -> Any:
@@ -90,13 +90,10 @@ def _record_path(entry: Any) -> Any:
 
 
 def record(entry: Any, workload: str, specs: Sequence[TensorSpec], config: Config, message: str) -> None:
-    """Keep the outcome of one check (empty ``message`` = passed); log failures as warnings."""
+    """Keep the outcome of one check (empty ``message`` = passed; the caller logs failures)."""
     result = {"implementation": entry.implementation_name, "source_hash": entry.source_hash(),
               "workload": workload, "specs": [s.to_json() for s in specs], "config": config.to_json(),
               "ok": not message, "message": message, "time": time.time()}
-    if message:
-        log.warning("custom call %s rejected for %s config %s: %s", entry.implementation_name,
-                    [s.to_json() for s in specs], dict(config), message)
     path = _record_path(entry)
     try:
         previous = json.loads(path.read_text()) if path.exists() else {}

@@ -1,9 +1,9 @@
 """A registered custom call applied to one graph: the ``Implementation`` the tuner and dispatcher see.
 
-``build(config, target)`` loads (compiles, cached) the kernel, wraps the entry's launcher in one that
-validates the tensors it is given, and checks it against the reference the first time each
-(workload, config) is built in this process. A call that fails its check raises ``CheckFailedError``
-every time it is built, so it never runs in dispatch; the reason is logged and recorded.
+``build(config, target)`` loads (compiles, cached) the kernel and wraps the entry's launcher in one that
+validates the tensors it is given; it runs nothing. The check against the reference happens in an
+isolated worker (``kernelgen.tune.checked``), where ``check_launcher`` adds the entry's own comparison
+(its tolerance) to the tuner's; ``note_verdict`` records each outcome for ``kernelgen registry list``.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from kernelgen.implementation import Implementation, Launcher
 from kernelgen.ir import Graph
 from kernelgen.space import SearchSpace
 from kernelgen.target import Target
-from kernelgen.values import Config, TensorSpec
+from kernelgen.values import Config, Measurement, TensorSpec
 
-_verdicts: dict[tuple[str, str, str, str], str] = {}  # (implementation, source hash, workload, config) -> ''|reason
+_verdicts: dict[tuple[str, str, str, str], Any] = {}  # (implementation, source hash, workload, config) -> failure
 _verdict_lock = threading.Lock()
 
 
@@ -102,23 +102,25 @@ class CustomCallImplementation(Implementation):
         if problems:
             raise KernelgenError(f"config {dict(config)} is invalid for {self.name}: {'; '.join(problems)}")
         kernel = get_language(self.entry.language).load(self.entry, config)
-        launcher = _BoundLauncher(self.entry, self.graph, kernel, config, self.device)
-        self.verify(launcher, config)
-        return launcher
+        return _BoundLauncher(self.entry, self.graph, kernel, config, self.device)
 
-    def verify(self, launcher: _BoundLauncher, config: Config) -> None:
-        """Check against the reference once per (workload, config) in this process; raise if it failed."""
+    def check_launcher(self, launcher: Any, config: Config) -> Measurement | None:
+        """The entry's own check (its inputs and tolerance), once per (workload, config) in this process.
+        It runs the kernel here: the tuner and ``kernelgen.tune.checked`` call it inside a worker."""
         key = (self.name, self.source_hash(), self.graph.workload_key, config.key())
         with _verdict_lock:
-            verdict = _verdicts.get(key)
-        if verdict is None:
-            verdict = checks.run_check(self.entry, self.graph, launcher, self.device)
-            checks.record(self.entry, self.graph.workload_key, self.graph.signature, config, verdict)
-            with _verdict_lock:
-                _verdicts[key] = verdict
-        if verdict:
-            raise checks.CheckFailedError(f"{self.name} failed its check against the reference with config "
-                                          f"{dict(config)}: {verdict}")
+            if key in _verdicts:
+                return _verdicts[key]
+        outcome = checks.run_check(self.entry, self.graph, launcher, self.device)
+        failure = None if outcome is None else Measurement.failure(
+            config, outcome[0], f"{self.name} failed its check against the reference: {outcome[1]}")
+        with _verdict_lock:
+            _verdicts[key] = failure
+        return failure
+
+    def note_verdict(self, config: Config, verdict: Any) -> None:
+        checks.record(self.entry, self.graph.workload_key, self.graph.signature, config,
+                      "" if verdict.ok else verdict.describe())
 
     def __repr__(self) -> str:
         return f"CustomCallImplementation({self.name!r}, backend={self.backend!r}, platform={self.platform!r})"
@@ -126,5 +128,8 @@ class CustomCallImplementation(Implementation):
 
 def forget_verdicts() -> None:
     """Drop the in-process check results (tests; after editing a kernel in a long-lived process)."""
+    from kernelgen.tune import checked
+
     with _verdict_lock:
         _verdicts.clear()
+    checked.forget()

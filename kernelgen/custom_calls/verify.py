@@ -1,6 +1,6 @@
 """What ``kernelgen registry list`` and ``check`` report: an entry's description and status here, and a
-check of one entry (run its examples against the reference where it can run, compile where it can only
-compile, skip with the reason otherwise)."""
+check of one entry (run its examples against the reference in an isolated worker with a timeout where it
+can run, compile where it can only compile, skip with the reason otherwise)."""
 
 from __future__ import annotations
 
@@ -56,10 +56,16 @@ def describe(entry: Any) -> dict[str, Any]:
     }
 
 
-def check_entry(entry: Any, all_configs: bool = False) -> list[dict[str, Any]]:
-    """Check one entry here; each result has ``status`` passed | failed | compiled | skipped and a message."""
+def check_entry(entry: Any, all_configs: bool = False, timeout: float | None = None) -> list[dict[str, Any]]:
+    """Check one entry here; each result has ``status`` passed | failed | compiled | skipped and a message.
+
+    A run check happens in a worker process bounded by ``timeout`` seconds per build and per run (default:
+    ``kernelgen.tune.checked.check_timeout()``); a failed one also has ``outcome``, the exact status
+    (wrong_result, runtime_error, timeout, compile_error).
+    """
     from kernelgen.custom_calls.implementation import CustomCallImplementation
     from kernelgen.target import Target
+    from kernelgen.tune import checked
 
     name = entry.implementation_name
     availability = get_language(entry.language).availability(entry)
@@ -87,11 +93,11 @@ def check_entry(entry: Any, all_configs: bool = False) -> list[dict[str, Any]]:
             results.append({"implementation": name, "status": "failed", "message": f"{shapes}: {exc}"})
             continue
         for config in configs:
-            try:
-                impl.build(config, target)
-            except KernelgenError as exc:
-                results.append({"implementation": name, "status": "failed", "message": f"{shapes}: {exc}"})
-            else:
+            verdict = checked.check(impl, config, target, timeout=timeout, quiet=True)  # reported here
+            if verdict.ok:
                 results.append({"implementation": name, "status": "passed",
                                 "message": f"{shapes} config {dict(config)} matches the reference"})
+            else:
+                results.append({"implementation": name, "status": "failed", "outcome": verdict.status.value,
+                                "message": f"{shapes} config {dict(config)}: {verdict.message}"})
     return results

@@ -172,11 +172,13 @@ class Bench:
             return Measurement.failure(config, Status.COMPILE_ERROR, _unexpected(exc))
         if hasattr(launcher, "num_threads"):
             launcher.num_threads = self.threads
+        self._place_on(getattr(launcher, "device", "cpu"))
         self._launchers[config] = launcher
         return None
 
-    def run(self, config: Config) -> Measurement:
-        """Check the built ``config`` against the reference, then time it."""
+    def check(self, config: Config) -> Measurement | None:
+        """Run the built ``config`` once and compare with the reference (then the implementation's own
+        check); a ``runtime_error`` / ``wrong_result`` measurement, or None when it passes."""
         launcher = self._launchers[config]
         self._restore()
         self._poison_outputs()
@@ -189,6 +191,14 @@ class Bench:
             problem = compare(out, exp, spec.dtype)
             if problem is not None:
                 return self._failed(config, Status.WRONG_RESULT, f"output {i}: {problem}")
+        return self.impl.check_launcher(launcher, config)
+
+    def run(self, config: Config) -> Measurement:
+        """Check the built ``config`` against the reference, then time it."""
+        failure = self.check(config)
+        if failure is not None:
+            return failure
+        launcher = self._launchers[config]
         writes_inputs = not self._inputs_intact()
         fast = getattr(launcher, "launch", launcher)  # skip per-call argument checks while timing
         args = (*self.inputs, *self.outputs)
@@ -217,6 +227,20 @@ class Bench:
     def _failed(self, config: Config, status: Status, message: str) -> Measurement:
         m = Measurement.failure(config, status, message)
         return Measurement(config=config, status=status, message=m.message, threads=self.threads)
+
+    def _place_on(self, device: str) -> None:
+        # A GPU kernel (Triton on a GPU, a CUDA/HIP custom call) takes tensors on its device; the inputs are
+        # drawn on the CPU so every process draws the same values, then moved once.
+        if device == getattr(self, "_device", "cpu"):
+            return
+        self._device = device
+        moved = [(base.to(device), view) for base, view in self._pristine]
+        self._pristine = [(base, base.as_strided(v.shape, v.stride())) for base, v in moved]
+        copies = [base.clone() for base, _ in self._pristine]
+        self._work = [(c, c.as_strided(v.shape, v.stride())) for c, (_, v) in zip(copies, self._pristine)]
+        self.inputs = [view for _, view in self._work]
+        self.outputs = [t.to(device) for t in self.outputs]
+        self.expected = [t.to(device) for t in self.expected]
 
     def _restore(self) -> None:
         for (work, _), (pristine, _) in zip(self._work, self._pristine):

@@ -10,6 +10,8 @@ replaces it and the tuning run goes on.
 Protocol (one JSON object per line; the worker's own stdout is redirected to stderr so kernels that
 print cannot corrupt it): ``setup`` -> ``{"ok": true}`` | ``{"error": msg}``; ``build`` / ``run`` with a
 config -> ``{"measurement": ...}`` (``build`` answers ``{"ok": true}`` when the config compiled);
+``check`` with a built config -> ``{"ok": true}`` | ``{"measurement": failure}`` (one run compared with the
+reference, not timed: the first check of a config in dispatch and ``registry check``);
 ``eager`` -> ``{"time": ...}``.
 """
 
@@ -34,7 +36,7 @@ from kernelgen.values import Config, Measurement, Status, TimeStats
 
 WORKER_FACTORY_ATTR = "worker_factory"  # optional "module:callable" on an Implementation, see module docstring
 SETUP_TIMEOUT = 180.0  # importing torch and computing the reference; generous on a loaded machine
-BUILD_TIMEOUT = 600.0  # compiling one config
+BUILD_TIMEOUT = 600.0  # compiling one config, when no timeout is given
 
 
 class WorkerDied(Exception):
@@ -63,6 +65,7 @@ class WorkerProcess:
         )
         self._buffer = b""
         self.setup_key: str | None = None
+        self.setups = 0  # implementations set up so far (more than 0: reused from the pool)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -174,8 +177,9 @@ def _shutdown_pool() -> None:
 
 
 def implementation_spec(impl: Any) -> dict[str, Any]:
-    """What a worker needs to rebuild ``impl``: its name, backend and optional factory."""
-    return {"implementation": impl.name, "backend": impl.backend, "factory": getattr(impl, WORKER_FACTORY_ATTR, None)}
+    """What a worker needs to rebuild ``impl``: its name, backend, optional factory and source hash."""
+    return {"implementation": impl.name, "backend": impl.backend, "factory": getattr(impl, WORKER_FACTORY_ATTR, None),
+            "source_hash": impl.source_hash()}
 
 
 class IsolatedMeasurer:
@@ -186,12 +190,13 @@ class IsolatedMeasurer:
     """
 
     def __init__(self, impl: Any, *, seed: int = 0, policy: Any = None, timeout: float = 60.0,
-                 build_timeout: float = BUILD_TIMEOUT) -> None:
+                 build_timeout: float | None = None) -> None:
         from kernelgen.tune.measure import TimingPolicy
 
         self.policy = policy or TimingPolicy()
         self.threads = self.policy.resolved_threads()
-        self.timeout, self.build_timeout = timeout, build_timeout
+        # One --timeout bounds building (compiling, a Python builder) as it bounds running.
+        self.timeout, self.build_timeout = timeout, timeout if build_timeout is None else build_timeout
         # sys.path as the parent has it now: a pooled worker started earlier must still import a module
         # the parent can import (a team's registering module added to the path since).
         self._setup = {"op": "setup", "graph": impl.graph.to_json(), **implementation_spec(impl), "seed": seed,
@@ -208,15 +213,26 @@ class IsolatedMeasurer:
                 self.restarts += 1
             self._worker = _acquire(self.threads)
         if self._worker.setup_key != self._key:
-            try:
-                reply = self._worker.call(self._setup, SETUP_TIMEOUT)
-            except WorkerDied as exc:
-                raise KernelgenError(f"the measurement worker failed to start: {exc}") from None
+            reply = self._call_setup()
+            if "error" in reply and self._worker.setups:
+                # A pooled worker keeps what it imported for earlier graphs (a registration since edited or
+                # replaced): a fresh one starts from the sources as they are now.
+                self._worker.close()
+                self._worker = WorkerProcess(self.threads)
+                reply = self._call_setup()
             if "error" in reply:
                 raise KernelgenError(f"the measurement worker cannot set up {self._setup['implementation']!r}: "
                                      f"{reply['error']}")
             self._worker.setup_key = self._key
+            self._worker.setups += 1
         return self._worker
+
+    def _call_setup(self) -> dict[str, Any]:
+        assert self._worker is not None
+        try:
+            return self._worker.call(self._setup, SETUP_TIMEOUT)
+        except WorkerDied as exc:
+            raise KernelgenError(f"the measurement worker failed to start: {exc}") from None
 
     def measure(self, config: Config) -> Measurement:
         worker = self._ready()
@@ -233,6 +249,24 @@ class IsolatedMeasurer:
         if "error" in reply:
             return Measurement(config=config, status=Status.RUNTIME_ERROR, message=reply["error"], threads=self.threads)
         return Measurement.from_json(reply["measurement"])
+
+    def check(self, config: Config) -> Measurement | None:
+        """Build ``config`` and run it once against the reference in the worker, untimed: a failure
+        ``Measurement`` (compile_error, runtime_error for a crash, timeout, wrong_result), or None when it
+        passes. Raises ``KernelgenError`` only when the worker cannot set the implementation up."""
+        worker = self._ready()
+        payload = {"config": config.to_json()}
+        try:
+            built = worker.call({"op": "build", **payload}, self.build_timeout)
+            if "measurement" in built:
+                return Measurement.from_json(built["measurement"])
+            reply = worker.call({"op": "check", **payload}, self.timeout)
+        except WorkerDied as exc:
+            worker.setup_key = None
+            return Measurement.failure(config, exc.status, str(exc))
+        if "error" in reply:
+            return Measurement.failure(config, Status.RUNTIME_ERROR, reply["error"])
+        return Measurement.from_json(reply["measurement"]) if "measurement" in reply else None
 
     def eager(self) -> TimeStats | None:
         """Time the eager reference in the worker; None when it fails."""
@@ -274,6 +308,9 @@ class InProcessMeasurer:
 
     def measure(self, config: Config) -> Measurement:
         return self.bench.measure(config)
+
+    def check(self, config: Config) -> Measurement | None:
+        return self.bench.build(config) or self.bench.check(config)
 
     def eager(self) -> TimeStats | None:
         return self.bench.time_eager()
@@ -321,6 +358,9 @@ class _Session:
             return {"ok": True} if failure is None else {"measurement": failure.to_json()}
         if op == "run":
             return {"measurement": self.bench.run(config).to_json()}
+        if op == "check":
+            failure = self.bench.build(config) or self.bench.check(config)
+            return {"ok": True} if failure is None else {"measurement": failure.to_json()}
         return {"error": f"unknown request {op!r}"}
 
     def _setup(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -333,6 +373,10 @@ class _Session:
             pin_threads(policy.resolved_threads())
             graph = Graph.from_json(request["graph"])
             impl = rebuild_implementation(graph, request["implementation"], request["backend"], request.get("factory"))
+            expected = request.get("source_hash")
+            if expected and impl.source_hash() != expected:  # e.g. a stale registration in a pooled worker
+                raise KernelgenError(f"the worker rebuilt {impl.name} from another source (hash {impl.source_hash()}, "
+                                     f"expected {expected}); restart the process after editing a kernel")
             self.bench = Bench(impl, Target.current(impl.backend), seed=int(request.get("seed", 0)), policy=policy)
         except Exception as exc:  # reported to the parent, which raises it as a KernelgenError
             self.bench = None

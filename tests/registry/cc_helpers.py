@@ -36,3 +36,47 @@ def launch(repeat: int = 1):
         kernel(x, b, outputs[0], x.numel() // x.shape[-1], x.shape[-1], repeat)
 
     return launcher
+
+
+# One kernel per way a hand-written kernel can go wrong; each doubles its input when it works.
+FAULTY_CPP = r"""
+#include <cstdint>
+#include <cstdlib>
+extern "C" void twice(const float* x, float* y, int64_t n) { for (int64_t i = 0; i < n; ++i) y[i] = 2.0f * x[i]; }
+extern "C" void thrice(const float* x, float* y, int64_t n) { for (int64_t i = 0; i < n; ++i) y[i] = 3.0f * x[i]; }
+extern "C" void segv(const float* x, float* y, int64_t n) { volatile float* p = nullptr; *p = x[0]; }
+extern "C" void aborts(const float* x, float* y, int64_t n) { std::abort(); }
+extern "C" void exits(const float* x, float* y, int64_t n) { std::exit(0); }
+extern "C" void loops(const float* x, float* y, int64_t n) { volatile int spin = 1; while (spin) {} }
+"""
+FAULTS = {"segv": "runtime_error", "aborts": "runtime_error", "exits": "runtime_error", "loops": "timeout",
+          "thrice": "wrong_result"}
+
+FAULTY_MODULE = '''
+from cc_helpers import FAULTY_CPP, double
+from kernelgen.registry import register_custom_call
+
+def _launch(inputs, outputs, config, kernel):
+    kernel(inputs[0], outputs[0], inputs[0].numel())
+
+for _name, _symbol, _variant in {calls!r}:
+    register_custom_call(_name, language="cpp", source=FAULTY_CPP, symbol=_symbol, reference=double,
+                         variant=_variant, examples=[(((4, 8), "float32"),)])(_launch)
+'''
+
+
+def double(x: torch.Tensor) -> torch.Tensor:
+    return x * 2.0
+
+
+def import_faulty_module(tmp_path, monkeypatch, calls):
+    """Register custom calls ``(name, symbol of FAULTY_CPP, variant)`` from a fresh importable module, as a
+    team would: an isolated worker rebuilds a call by importing the module that registered it."""
+    import importlib
+    import uuid
+
+    name = f"kg_faulty_{uuid.uuid4().hex[:12]}"  # unique: a pooled worker keeps the modules it imported
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / f"{name}.py").write_text(FAULTY_MODULE.format(calls=[tuple(c) for c in calls]))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return importlib.import_module(name)

@@ -8,13 +8,14 @@ import pytest
 import torch
 from cc_helpers import BIAS_GELU_CPP, bias_gelu, launch
 
-from kernelgen.custom_calls.checks import CheckFailedError
 from kernelgen.custom_calls.verify import describe
 from kernelgen.errors import InputMismatchError, RegistryError
 from kernelgen.ir import trace
 from kernelgen.reference import evaluate
 from kernelgen.registry import candidates, custom_call, reference_for, register_custom_call
 from kernelgen.target import Target
+from kernelgen.tune import checked
+from kernelgen.values import Status
 
 
 def _register(name="bg", **overrides):
@@ -82,21 +83,28 @@ def test_built_launcher_runs_validates_and_has_a_stable_identity(registry):
     assert impl.source_hash() == candidates(trace(bias_gelu, x, b), "cpp")[0].source_hash()
 
 
-def test_wrong_call_fails_its_check_every_time_and_the_reason_is_listed(registry):
+@pytest.fixture()
+def checks_here(monkeypatch):
+    """Calls registered inside a test cannot be rebuilt by a worker process: check them in this one (these
+    tests are about what a check finds; test_registry_isolation covers where it runs)."""
+    monkeypatch.setenv(checked.ISOLATE_ENV, "0")
+
+
+def test_wrong_call_fails_its_check_every_time_and_the_reason_is_listed(registry, checks_here):
     _register(symbol="bias_only", replaces=bias_gelu)
     x, b = torch.randn(6, 40), torch.randn(40)
     (impl,) = candidates(trace(bias_gelu, x, b), "cpp")
     target = Target.current("cpp")
-    for _ in range(2):  # the verdict is kept: a second build fails too, without running the kernel again
-        with pytest.raises(CheckFailedError, match="differs from the reference"):
-            impl.build(impl.default_config(target), target)
+    first = checked.check(impl, impl.default_config(target), target)
+    assert first.status is Status.WRONG_RESULT and "outside" in first.message
+    assert checked.check(impl, impl.default_config(target), target) is first  # kept: not run again
     row = describe(registry.entries()[0])
-    assert row["check"].startswith("failed:") and "differs from the reference" in row["check"]
+    assert row["check"].startswith("failed: wrong_result:") and "outside" in row["check"]
     assert row["rejected"][0]["specs"][0]["shape"] == [6, 40]
     json.dumps(row)
 
 
-def test_launcher_exception_is_a_failed_check(registry):
+def test_launcher_exception_is_a_failed_check(registry, checks_here):
     def broken(inputs, outputs, config, kernel):
         raise RuntimeError("launch went wrong")
 
@@ -104,8 +112,8 @@ def test_launcher_exception_is_a_failed_check(registry):
                          replaces=bias_gelu)(broken)
     (impl,) = candidates(trace(bias_gelu, torch.randn(2, 8), torch.randn(8)), "cpp")
     target = Target.current("cpp")
-    with pytest.raises(CheckFailedError, match="RuntimeError: launch went wrong"):
-        impl.build(impl.default_config(target), target)
+    verdict = checked.check(impl, impl.default_config(target), target)
+    assert verdict.status is Status.RUNTIME_ERROR and "RuntimeError: launch went wrong" in verdict.message
 
 
 def test_config_outside_the_space_is_refused(registry):

@@ -57,10 +57,10 @@ def test_check_fails_with_exit_1_on_a_wrong_kernel(team, capsys):
     (team / "team_double" / "double.cpp").write_text(TEAM_CPP.replace("2.0f * x[i]", "3.0f * x[i]"))
     assert main(["registry", "check", "--name", "team_double", "--json"]) == 1
     (result,) = json.loads(capsys.readouterr().out)
-    assert result["status"] == "failed" and "differs from the reference" in result["message"]
+    assert result["status"] == "failed" and result["outcome"] == "wrong_result" and "output 0" in result["message"]
     main(["registry", "list", "--json"])
     rows = {r["implementation"]: r for r in json.loads(capsys.readouterr().out)}
-    assert rows["custom:team_double/cpp"]["check"].startswith("failed: output 0 differs")
+    assert rows["custom:team_double/cpp"]["check"].startswith("failed: wrong_result: output 0")
 
 
 def test_check_unknown_name_is_a_one_line_error(team, capsys):

@@ -121,3 +121,42 @@ def test_load_probe_is_run_queue_wait_over_wall_time(monkeypatch) -> None:
     with load.LoadProbe() as probe:
         pass
     assert probe.wait_fraction == pytest.approx(0.5) and probe.contended
+
+
+@pytest.mark.timeout(120)
+def test_worker_check_gives_each_fault_its_exact_status() -> None:
+    with IsolatedMeasurer(FakeImpl(relu_add_graph()), policy=FAST, timeout=3.0) as measurer:
+        outcomes = {mode: measurer.check(Config(mode=mode, reps=1))
+                    for mode in ("ok", "garbage", "syntax", "segv", "hang", "inplace")}
+    assert outcomes["ok"] is None and outcomes["inplace"] is None
+    statuses = {mode: m.status for mode, m in outcomes.items() if m is not None}
+    assert statuses == {"garbage": Status.WRONG_RESULT, "syntax": Status.COMPILE_ERROR,
+                        "segv": Status.RUNTIME_ERROR, "hang": Status.TIMEOUT}, outcomes
+    assert "SIGSEGV" in outcomes["segv"].message and "3 s" in outcomes["hang"].message
+
+
+@pytest.mark.timeout(90)  # before the fix a build had 600 s whatever the timeout: this test timed out
+def test_timeout_bounds_a_build_that_never_finishes() -> None:
+    from isolation_fakes import StuckBuildImpl
+
+    with IsolatedMeasurer(StuckBuildImpl(relu_add_graph()), policy=FAST, timeout=2.0) as measurer:
+        stuck = measurer.measure(Config(mode="ok", reps=2))
+        after = measurer.measure(Config(mode="ok", reps=1))
+    assert stuck.status is Status.TIMEOUT and "2 s" in stuck.message
+    assert after.status is Status.OK
+
+
+@pytest.mark.timeout(90)
+def test_tune_graph_timeout_bounds_building_too(tmp_path) -> None:
+    from isolation_fakes import StuckDefaultBuildImpl
+
+    from kernelgen.db import open_db
+    from kernelgen.tune.tuner import tune_graph
+
+    impl = StuckDefaultBuildImpl(relu_add_graph())
+    db = open_db(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    try:
+        result = tune_graph(impl.graph, db=db, trials=1, implementations=[impl], isolate=True, timeout=2.0, policy=FAST)
+    finally:
+        db.close()
+    assert [r.measurement.status for r in result.trials] == [Status.TIMEOUT] and result.best is None

@@ -1,0 +1,233 @@
+"""The first check of an (implementation, config) before anything runs it in the caller's process.
+
+A config is built and run once against the reference in an isolated worker (``kernelgen.tune.worker``)
+with a timeout, so a kernel that segfaults, aborts, exits or loops costs a ``Verdict`` (runtime_error,
+timeout, wrong_result, compile_error), never the caller. Dispatch and ``kernelgen registry check`` ask
+here; whatever a tuning database says, a config whose check failed is not run. Verdicts are kept in this
+process and on disk under a complete key (implementation and its source hash, config, workload and
+signature, target fingerprint, kernelgen version, thread count), so a config is checked once per machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kernelgen.errors import KernelgenError
+from kernelgen.paths import atomic_write_text, cache_dir
+from kernelgen.values import Config, Status
+
+log = logging.getLogger("kernelgen")
+
+TIMEOUT_ENV = "KERNELGEN_CHECK_TIMEOUT"  # seconds one build or one check run may take in dispatch
+ISOLATE_ENV = "KERNELGEN_ISOLATE_CHECKS"  # "0": check in this process (a crash then ends it)
+DEFAULT_TIMEOUT = 60.0
+_FORMAT = 1  # bump when what a check does changes: older verdicts on disk are then never read
+# A timeout can be the machine's load rather than the kernel: it is kept for this process only, so
+# the next process checks again instead of refusing a good kernel on this machine for ever.
+_NOT_ON_DISK = {Status.TIMEOUT}
+_SETUP_FAILED = "cannot be checked in an isolated worker"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of one check: ``status`` ok or the failure's status, and a one-line message."""
+
+    status: Status
+    message: str = ""
+    cached: bool = False  # read from the on-disk cache (not run by this call)
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK
+
+    def describe(self) -> str:
+        return "passed" if self.ok else f"{self.status.value}: {self.message}"
+
+
+_verdicts: dict[str, Verdict] = {}
+_lock = threading.Lock()
+
+
+def check_timeout() -> float:
+    """``$KERNELGEN_CHECK_TIMEOUT`` seconds, else ``DEFAULT_TIMEOUT``."""
+    raw = os.environ.get(TIMEOUT_ENV)
+    if not raw:
+        return DEFAULT_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise KernelgenError(f"{TIMEOUT_ENV}={raw!r} is not a positive number of seconds; unset it or give e.g. 60")
+    return value
+
+
+def _isolated() -> bool:
+    return os.environ.get(ISOLATE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _references(graph: Any) -> dict[str, str]:
+    """The source of the reference of each custom call in ``graph``: what the kernel is compared with."""
+    import inspect
+
+    names = sorted({n.attr("name") for n in graph.nodes if n.op == "custom_call"})
+    if not names:
+        return {}
+    from kernelgen.registry import reference_for
+
+    found = {}
+    for name in names:
+        try:
+            fn = reference_for(name)
+        except KernelgenError:
+            found[name] = "missing"  # the check itself reports it
+            continue
+        try:
+            found[name] = inspect.getsource(fn)
+        except (OSError, TypeError):  # defined interactively: its name is all there is
+            found[name] = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}"
+    return found
+
+
+def _key(impl: Any, config: Config, target: Any, threads: int) -> tuple[str, dict[str, Any]]:
+    from kernelgen import __version__
+
+    fields = {"format": _FORMAT, "implementation": impl.name, "backend": impl.backend,
+              "source_hash": impl.source_hash(), "config": config.to_json(), "workload": impl.graph.workload_key,
+              "signature": [s.to_json() for s in impl.graph.signature], "references": _references(impl.graph),
+              "target": target.fingerprint, "kernelgen": __version__, "threads": threads}
+    digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+    return digest, fields
+
+
+def _path(digest: str) -> Any:
+    return cache_dir() / "checks" / digest[:2] / f"{digest}.json"
+
+
+def _read(digest: str, fields: dict[str, Any]) -> Verdict | None:
+    try:
+        data = json.loads(_path(digest).read_text())
+        if data.get("key") != fields:  # a hash collision or a hand-edited file: never trusted
+            return None
+        status = Status(data["status"])
+        message = data.get("message", "")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if status in _NOT_ON_DISK or not isinstance(message, str):
+        return None
+    return Verdict(status, message, cached=True)
+
+
+def _write(digest: str, fields: dict[str, Any], verdict: Verdict) -> None:
+    if verdict.status in _NOT_ON_DISK:
+        return
+    body = {"key": fields, "status": verdict.status.value, "message": verdict.message}
+    try:
+        atomic_write_text(_path(digest), json.dumps(body, sort_keys=True))
+    except OSError as exc:  # a read-only cache costs a re-check in the next process, nothing more
+        log.debug("could not keep the check verdict in %s: %s", _path(digest), exc)
+
+
+def check(impl: Any, config: Config, target: Any, *, timeout: float | None = None, quiet: bool = False) -> Verdict:
+    """The verdict of ``impl`` with ``config`` on ``target``: cached, else built and run once in a worker.
+
+    Never raises for a faulty kernel; a worker that cannot rebuild the implementation (a custom call
+    registered in ``__main__``) is a failed verdict whose message says how to make it checkable. A failure
+    is logged once as a warning unless ``quiet`` (a caller that reports it itself).
+    """
+    from kernelgen.tune.measure import TimingPolicy
+
+    policy = TimingPolicy()
+    digest, fields = _key(impl, config, target, policy.resolved_threads())
+    with _lock:
+        verdict = _verdicts.get(digest)
+    if verdict is None:
+        verdict = _read(digest, fields)
+        if verdict is None:
+            verdict = _run(impl, config, target, policy, check_timeout() if timeout is None else timeout)
+            if not verdict.message.startswith(_SETUP_FAILED):  # the environment's fault, not the kernel's
+                _write(digest, fields, verdict)
+        with _lock:
+            _verdicts[digest] = verdict
+        if not verdict.ok and not quiet:
+            log.warning("%s with config %s is not used for %s: %s", impl.name, dict(config),
+                        [f"{s.dtype}{list(s.shape)}" for s in impl.graph.signature], verdict.describe())
+        impl.note_verdict(config, verdict)
+    return verdict
+
+
+def _run(impl: Any, config: Config, target: Any, policy: Any, timeout: float) -> Verdict:
+    from kernelgen.tune.worker import InProcessMeasurer, IsolatedMeasurer
+
+    if _isolated():
+        measurer: Any = IsolatedMeasurer(impl, policy=policy, timeout=timeout)
+    else:
+        measurer = InProcessMeasurer(impl, policy=policy)
+    try:
+        with measurer:
+            failure = measurer.check(config)
+    except KernelgenError as exc:
+        return Verdict(Status.RUNTIME_ERROR, f"{_SETUP_FAILED} ({exc}); {ISOLATE_ENV}=0 checks it in this "
+                                             "process instead, where a crash ends the process")
+    if failure is None:
+        return Verdict(Status.OK)
+    return Verdict(failure.status, failure.message)
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What dispatch runs: the first (implementation, config) that passed its check, built here."""
+
+    impl: Any
+    config: Config
+    launcher: Any
+    fallback: bool  # not the first choice: an earlier candidate failed its check or its build
+
+
+def build_checked(candidates: Sequence[tuple[Any, Config]], target: Any) -> Checked | None:
+    """Check each (implementation, config) in order, build the first that passes; None if none does.
+
+    Each rejection is logged once (its verdict is cached), so a caller that gets None runs eagerly.
+    """
+    seen: set[tuple[str, str]] = set()
+    for n, (impl, config) in enumerate(candidates):
+        if (impl.name, config.key()) in seen:
+            continue
+        seen.add((impl.name, config.key()))
+        if not check(impl, config, target).ok:
+            continue
+        try:
+            launcher = impl.build(config, target)
+        except KernelgenError as exc:
+            log.warning("building %s with %s failed: %s", impl.name, dict(config), exc)
+            continue
+        return Checked(impl, config, launcher, fallback=n > 0)
+    return None
+
+
+def candidates_after(first: tuple[Any, Config], impls: Sequence[Any], target: Any) -> list[tuple[Any, Config]]:
+    """``first``, then every implementation's default config: the order dispatch falls back in."""
+    order = [first]
+    for impl in impls:
+        try:
+            order.append((impl, impl.default_config(target)))
+        except (KernelgenError, ValueError):
+            continue
+    return order
+
+
+def forget() -> None:
+    """Drop the verdicts kept in this process (tests; after editing a kernel in a long-lived process)."""
+    with _lock:
+        _verdicts.clear()
+
+
+__all__ = ["Checked", "DEFAULT_TIMEOUT", "ISOLATE_ENV", "TIMEOUT_ENV", "Verdict", "build_checked",
+           "candidates_after", "check", "check_timeout", "forget"]
