@@ -76,6 +76,13 @@ class TuningDB:
     def _tx(self, *, write: bool = False, single_read: bool = False):
         return transaction(self._engine, self._url, write=write, read_only=self.read_only, single_read=single_read)
 
+    def lock(self, name: str):
+        """A context manager holding the exclusive lock ``name`` of this database: every process and host
+        using it waits for the holder (see ``kernelgen.db.locks``). Released when the holder dies."""
+        from kernelgen.db.locks import named_lock
+
+        return named_lock(self._url, name, self._engine)
+
     def close(self) -> None:
         self._engine.dispose()
 

@@ -299,29 +299,38 @@ def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Ta
     searcher_args = dict(sampler=opts.sampler, storage=storage, study_name=study_name(graph, impl, target),
                          warm_start=warm)
     run_workers(space, state, recorder.commit, make_measurer, searcher_args, workers=opts.workers, seed=opts.seed)
-    records = list(prior) + state.new_records
     measured = len(state.new_records)
-    ok = sorted((r for r in records if r.measurement.ok and not is_confirmation(r)), key=_speed_key)
-    winner = None
-    if ok:
-        top: list[Config] = []
-        for r in ok:
-            if r.config not in top:
-                top.append(r.config)
-        chosen = top[:CONFIRM_TOP]
-        default = impl.default_config(target)
-        if default in top and default not in chosen:
-            chosen.append(default)  # re-measured alongside, so "speedup over default" compares like with like
-        with make_measurer() as measurer:
-            results = remeasure(chosen, measurer.measure)
-        # The default too: if it re-measures fastest, it wins. Ties (within TIE_TOLERANCE) go to it as well,
-        # so a config replaces the default only when it is measurably faster, not on a coin flip of noise.
-        best = fastest(results, lambda c: (c != default, c.key()))
-        confirmed = commit_verdict(results, best, declare, lambda _c, m: recorder.commit(m),
-                                   f"the top {len(chosen)} configs", state)
-        records.extend(confirmed)
-        measured += len(chosen) * CONFIRM_ROUNDS
-        winner = None if best is None else confirmed[best]
+    # One process at a time confirms a study and declares its verdict; a process that searched alongside
+    # takes the verdict committed meanwhile instead of declaring a second one.
+    with db.lock(f"confirm:{searcher_args['study_name']}"):
+        records = db.trials(graph.workload_key, target.fingerprint, implementation=impl.name,
+                            implementation_hash=recorder.fields["implementation_hash"])
+        before = {r.record_id for r in confirmations}
+        meanwhile = [r for r in records if is_confirmation(r) and r.record_id not in before]
+        if meanwhile:
+            return _Outcome(records, measured, state.stop_reason or "confirmed by another process",
+                            pick_winner(meanwhile))
+        ok = sorted((r for r in records if r.measurement.ok and not is_confirmation(r)), key=_speed_key)
+        winner = None
+        if ok:
+            top: list[Config] = []
+            for r in ok:
+                if r.config not in top:
+                    top.append(r.config)
+            chosen = top[:CONFIRM_TOP]
+            default = impl.default_config(target)
+            if default in top and default not in chosen:
+                chosen.append(default)  # re-measured alongside, so "speedup over default" compares like with like
+            with make_measurer() as measurer:
+                results = remeasure(chosen, measurer.measure)
+            # The default too: if it re-measures fastest, it wins. Ties (within TIE_TOLERANCE) go to it as well,
+            # so a config replaces the default only when it is measurably faster, not on a coin flip of noise.
+            best = fastest(results, lambda c: (c != default, c.key()))
+            confirmed = commit_verdict(results, best, declare, lambda _c, m: recorder.commit(m),
+                                       f"the top {len(chosen)} configs", state)
+            records.extend(confirmed)
+            measured += len(chosen) * CONFIRM_ROUNDS
+            winner = None if best is None else confirmed[best]
     return _Outcome(records, measured, state.stop_reason, winner)
 
 
