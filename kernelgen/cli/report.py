@@ -13,9 +13,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Write an HTML report: per workload, best time so far against trial number, and the results."""
         from kernelgen.db import open_db
-        from kernelgen.tune.report import write_report
-
         from kernelgen.errors import KernelgenError
+        from kernelgen.tune.report import write_report
 
         with open_db(db, read_only=True) as database:
             try:
