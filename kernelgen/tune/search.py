@@ -7,6 +7,7 @@ evaluating. Every evaluated config is one trial carrying its ``Measurement`` in 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import warnings
@@ -92,8 +93,6 @@ def _shown(storage: str | None) -> str:
 
 
 def _storage_lock(storage: str | None):
-    import contextlib
-
     if storage is None:
         return contextlib.nullcontext()
     from kernelgen.db.locks import SCHEMA_LOCK, named_lock
