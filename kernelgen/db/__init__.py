@@ -21,6 +21,7 @@ __all__ = ["EXPORT_FORMAT", "EXPORT_VERSION", "LayeredDB", "TEAM_DB_ENV", "Tunin
 def open_db(url: str | None = None, *, team_url: str | None = None, read_only: bool = False) -> "TuningDB | LayeredDB":
     """Open the tuning database at ``url`` (default: ``KERNELGEN_DB`` or the per-user SQLite file, created on
     first use), layered over the read-only team database ``team_url`` (default: ``KERNELGEN_TEAM_DB`` if set).
+    Raises DatabaseError when both name one database, however spelt (the writes would land in the team's).
     """
     if team_url is None:
         team_url = os.environ.get(TEAM_DB_ENV) or None
