@@ -13,8 +13,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Write an HTML report: per workload, best time so far against trial number, and the results."""
         from kernelgen.db import open_db
+        from kernelgen.errors import KernelgenError
         from kernelgen.tune.report import write_report
 
         with open_db(db, read_only=True) as database:
-            count = write_report(database, out)
+            try:
+                count = write_report(database, out)
+            except OSError as err:  # the report's path: the database's own errors are DatabaseErrors already
+                raise KernelgenError(f"cannot write the report {out}: {err.strerror or err}; pass --out with a "
+                                     "path in a writable directory") from None
         typer.echo(f"wrote {out}: {count} workload(s)")

@@ -21,9 +21,12 @@ __all__ = ["EXPORT_FORMAT", "EXPORT_VERSION", "LayeredDB", "TEAM_DB_ENV", "Tunin
 def open_db(url: str | None = None, *, team_url: str | None = None, read_only: bool = False) -> "TuningDB | LayeredDB":
     """Open the tuning database at ``url`` (default: ``KERNELGEN_DB`` or the per-user SQLite file, created on
     first use), layered over the read-only team database ``team_url`` (default: ``KERNELGEN_TEAM_DB`` if set).
+    Raises DatabaseError when both name one database, however spelt (the writes would land in the team's).
     """
     if team_url is None:
         team_url = os.environ.get(TEAM_DB_ENV) or None
+    if team_url:
+        _refuse_same(url, team_url)
     local = TuningDB(url, read_only=read_only)
     if not team_url:
         return local
@@ -33,6 +36,20 @@ def open_db(url: str | None = None, *, team_url: str | None = None, read_only: b
         local.close()
         raise
     return LayeredDB(local, team)
+
+
+def _refuse_same(url: str | None, team_url: str) -> None:
+    """A team database is read-only; layered over itself, a consumer's writes would land in it."""
+    from kernelgen.db.engine import parse_url, same_database, shown
+    from kernelgen.errors import DatabaseError
+    from kernelgen.paths import default_db_url
+
+    local = parse_url(url if url is not None else default_db_url())
+    team = parse_url(team_url)
+    if same_database(local, team):
+        raise DatabaseError(f"the local database {shown(local)} and the team database {shown(team)} are the same "
+                            "database: pass another --db (or KERNELGEN_DB) for your own records, or drop "
+                            f"--team-db (or unset {TEAM_DB_ENV})")
 
 
 def upgrade_db(url: str | None = None) -> tuple[str, str]:

@@ -9,6 +9,9 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import sqlite3
+import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -70,6 +73,29 @@ def sqlite_path(url: URL) -> Path | None:
     return Path(os.path.expanduser(database))
 
 
+def same_database(a: URL, b: URL) -> bool:
+    """Whether two URLs name one database, however spelt: a SQLite file by relative or absolute path,
+    through a symlink or a hard link; a server database by host case, default port or driver name."""
+    if a.get_backend_name() != b.get_backend_name():
+        return False
+    if a.get_backend_name() == "sqlite":
+        pa, pb = sqlite_path(a), sqlite_path(b)
+        if pa is None or pb is None:
+            return False  # a memory database is private to its connection
+        try:
+            return os.path.samefile(pa, pb)
+        except OSError:  # one does not exist yet
+            return os.path.realpath(pa) == os.path.realpath(pb)
+
+    def identity(u: URL) -> tuple:
+        host = (u.host or "localhost").lower()
+        host = "localhost" if host in ("127.0.0.1", "::1") else host
+        options = u.query.get("options", "")  # e.g. -csearch_path=team: another schema is another database
+        return host, u.port or 5432, u.database, u.username, " ".join(options) if isinstance(options, tuple) else options
+
+    return identity(a) == identity(b)
+
+
 def make_engine(url: URL, *, read_only: bool) -> Engine:
     """A configured engine for ``url``; raises DatabaseError for an unknown dialect or a missing file."""
     backend = url.get_backend_name()
@@ -84,12 +110,16 @@ def make_engine(url: URL, *, read_only: bool) -> Engine:
             if not path.exists():
                 raise DatabaseError(f"no tuning database at {path} (opened read-only): check the path or "
                                     f"create it with `kernelgen db upgrade --db {shown(url)}`")
+            uri = _read_only_uri(path, url)
+            kwargs["creator"] = lambda: sqlite3.connect(uri, uri=True, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000,
+                                                        check_same_thread=False)
         else:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as err:
                 raise DatabaseError(f"cannot create the directory of {shown(url)}: {err.strerror}; "
                                     "check the path and its permissions") from None
+            _ensure_wal(path, url)
         connect_args["timeout"] = SQLITE_BUSY_TIMEOUT_MS / 1000
     elif backend == "postgresql":
         connect_args["connect_timeout"] = CONNECT_TIMEOUT_S
@@ -109,6 +139,89 @@ def make_engine(url: URL, *, read_only: bool) -> Engine:
     return engine
 
 
+def _is_wal(path: Path) -> bool:
+    """Whether the file's header says WAL (bytes 18 and 19 are 2), read without opening it through SQLite."""
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(20)
+    except OSError:
+        return False
+    return len(header) == 20 and header[:16] == b"SQLite format 3\x00" and header[18:20] == b"\x02\x02"
+
+
+def _ensure_wal(path: Path, url: URL) -> None:
+    """Put the file in WAL mode once (persistent), under the writers' file lock so no other process is in a
+    transaction: switching needs the exclusive lock, and SQLite reports "locked" at once instead of
+    waiting when a reader holds the file (seen with two `kernelgen tune` racing on a fresh file)."""
+    if _is_wal(path):
+        return
+    with _writer_queue(url):
+        try:
+            conn = sqlite3.connect(path, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000)
+        except sqlite3.Error as err:
+            raise DatabaseError(f"cannot open the SQLite database {shown(url)}: {err}; check the path, its "
+                                "permissions and that the file is a SQLite database") from None
+        try:
+            for delay in (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, None):
+                try:
+                    conn.execute("PRAGMA journal_mode = WAL")  # readers never block the writer
+                    break
+                except sqlite3.OperationalError as err:
+                    if delay is None or "locked" not in str(err):
+                        raise DatabaseError(f"cannot set WAL mode on {shown(url)}: {err}; check that no other "
+                                            "program holds the file and that it is writable") from None
+                    time.sleep(delay)  # a program without our file lock holds it: retry shortly
+        except sqlite3.DatabaseError as err:
+            raise DatabaseError(f"cannot open the SQLite database {shown(url)}: {err}; check the path, its "
+                                "permissions and that the file is a SQLite database") from None
+        finally:
+            conn.close()
+
+
+def _read_only_uri(path: Path, url: URL) -> str:
+    """The SQLite URI that reads ``path`` without ever writing it, even where nothing may be written.
+
+    ``mode=ro`` first: SQLite never writes the database, but a WAL-mode file (kernelgen makes them) still
+    needs its ``-shm`` index, which SQLite creates or maps next to the file, and the ``-wal`` holds commits
+    not yet copied into the file, so this is the only mode that sees every commit and takes the owner's
+    locks. In a read-only directory without a ``-shm`` that open fails; then, and only when no ``-wal``
+    with content exists (everything committed is in the file itself), ``immutable=1`` reads the file alone
+    with no locking and no side files. Immutable would silently miss a non-empty ``-wal`` and could read a
+    page mid-write if the owner writes meanwhile, so it is never the first choice; with a non-empty
+    ``-wal`` the error names what the owner can do.
+    """
+    base = f"file:{urllib.parse.quote(str(path.absolute()))}?mode=ro"
+    error = _probe(base)
+    if error is None:
+        return base
+    wal = Path(f"{path}-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        raise DatabaseError(f"cannot read {shown(url)} read-only ({error}): its -wal file holds commits that "
+                            "need a writable -shm next to it; ask its owner to run `sqlite3 FILE "
+                            "'PRAGMA wal_checkpoint(TRUNCATE)'` or give write access to its directory")
+    immutable = f"{base}&immutable=1"
+    error = _probe(immutable)
+    if error is not None:
+        raise DatabaseError(f"cannot open the SQLite database {shown(url)} read-only: {error}; check the path, "
+                            "its permissions and that the file is a SQLite database")
+    return immutable
+
+
+def _probe(uri: str) -> str | None:
+    """None when ``uri`` opens and its schema can be read, else SQLite's message."""
+    try:
+        conn = sqlite3.connect(uri, uri=True, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000)
+    except sqlite3.Error as err:
+        return str(err)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return None
+    except sqlite3.Error as err:
+        return str(err)
+    finally:
+        conn.close()
+
+
 def _configure_sqlite(engine: Engine, *, memory: bool, read_only: bool) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record) -> None:
@@ -119,9 +232,8 @@ def _configure_sqlite(engine: Engine, *, memory: bool, read_only: bool) -> None:
         if read_only:
             cursor.execute("PRAGMA query_only = ON")
         elif not memory:
-            mode = cursor.execute("PRAGMA journal_mode").fetchone()[0]
-            if str(mode).lower() != "wal":
-                cursor.execute("PRAGMA journal_mode = WAL")  # persistent: readers never block the writer
+            # The journal mode is set once per file by _ensure_wal (it is persistent); changing it here, on
+            # every connection, raced other processes' open transactions ("database is locked").
             cursor.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: crash-safe, fsync at checkpoints
         cursor.close()
 
@@ -132,6 +244,30 @@ def _configure_sqlite(engine: Engine, *, memory: bool, read_only: bool) -> None:
         if options.get(_SINGLE_READ_OPTION):
             return  # one SELECT is atomic on its own: skip the BEGIN/COMMIT round trips
         conn.exec_driver_sql("BEGIN IMMEDIATE" if options.get(_WRITE_OPTION) else "BEGIN")
+
+
+def serialise_sqlite(engine: Engine) -> None:
+    """Make another library's SQLite engine (Optuna's) safe for several processes, as ours is: every
+    transaction begins IMMEDIATE and waits up to the busy timeout for the lock.
+
+    Optuna hands a waiting trial out by reading its state and then updating it; with SQLite's default
+    deferred transactions two processes both read WAITING and both take the trial (one config measured
+    twice, then ``UpdateFinishedTrialError``). Under IMMEDIATE the read and the update are one atomic step.
+    PostgreSQL needs nothing: Optuna reads that row with ``SELECT ... FOR UPDATE``.
+    """
+    if engine.dialect.name != "sqlite":
+        return
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record) -> None:
+        dbapi_conn.isolation_level = None  # the "begin" hook below emits BEGIN itself
+        dbapi_conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    engine.dispose()  # connections pooled before the hooks existed are closed, so every later one has them
 
 
 @contextlib.contextmanager

@@ -1,8 +1,9 @@
 """The shareable text format of tuning records: JSON lines, a header line, then one record per line.
 
 Records are written in canonical JSON sorted by ``record_id`` so files diff and merge cleanly in git.
-Reading validates every line (``TuningRecord.from_json``) before anything is returned: a malformed,
-truncated or newer-version file raises ImportFormatError naming the line. Files are data: parsed with
+Reading validates every line (``TuningRecord.from_json``, then the limits every supported database
+enforces, ``kernelgen.db.limits``) before anything is returned: a malformed, truncated, oversized or
+newer-version file raises ImportFormatError naming the line. Files are data: parsed with
 ``json``, never executed or unpickled.
 """
 
@@ -15,7 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from kernelgen.errors import ImportFormatError
+from kernelgen.db.limits import MAX_JSON_DEPTH, MAX_RECORD_CHARS, checked_row, json_depth_ok
+from kernelgen.errors import ImportFormatError, KernelgenError
 from kernelgen.values import TuningRecord, canonical_json
 
 FORMAT = "kernelgen-tuning-records"
@@ -37,8 +39,12 @@ def write_records(path: str | os.PathLike, records: Iterable[TuningRecord]) -> i
     the old file or the complete new one.
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as err:
+        raise KernelgenError(f"cannot write {target}: {err.strerror or err}; choose a path in a writable "
+                             "directory") from None
     count, last = 0, None
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
@@ -54,11 +60,14 @@ def write_records(path: str | os.PathLike, records: Iterable[TuningRecord]) -> i
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError):  # e.g. the disk filled up, or the target is a directory
+            raise KernelgenError(f"cannot write {target}: {exc.strerror or exc}; choose another path or free "
+                                 "space") from None
         raise
     return count
 
@@ -67,8 +76,21 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not a valid JSON number")
 
 
+class _Oversized(ValueError):
+    """A line too long or nested too deeply to be a record (valid JSON or not: it is not parsed further)."""
+
+
 def _parse(line: str) -> Any:
-    return json.loads(line, parse_constant=_reject_constant)
+    if len(line) > MAX_RECORD_CHARS:
+        raise _Oversized(f"the line is {len(line)} characters long, a record may have at most {MAX_RECORD_CHARS}")
+    deep = _Oversized(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        data = json.loads(line, parse_constant=_reject_constant)
+    except RecursionError:  # json recurses per nesting level
+        raise deep from None
+    if not json_depth_ok(data):
+        raise deep
+    return data
 
 
 def check_header(data: Any, where: str) -> None:
@@ -91,9 +113,11 @@ def parse_record(data: Any) -> TuningRecord:
     if unknown:  # silently dropping fields would make a newer file's import lossy
         raise ValueError(f"unknown record field(s) {unknown} (written by a newer kernelgen?)")
     try:
-        return TuningRecord.from_json(data)
-    except (TypeError, KeyError, AttributeError) as err:
+        record = TuningRecord.from_json(data)
+    except (TypeError, KeyError, AttributeError, OverflowError) as err:
         raise ValueError(f"malformed record ({type(err).__name__}: {err})") from None
+    checked_row(record)  # what some supported database would refuse is refused here, before any write
+    return record
 
 
 def read_records(path: str | os.PathLike) -> list[TuningRecord]:
@@ -122,6 +146,8 @@ def read_records(path: str | os.PathLike) -> list[TuningRecord]:
             continue  # blank lines (e.g. left by a hand merge) carry nothing
         try:
             data = _parse(line)
+        except _Oversized as err:
+            raise ImportFormatError(f"{where} line {number}: {err}; nothing was imported") from None
         except ValueError as err:
             hint = " (the file looks truncated)" if number == len(lines) else ""
             raise ImportFormatError(f"{where} line {number}: not valid JSON{hint} ({err}); "

@@ -58,6 +58,9 @@ class LayeredDB:
         self.local.close()
         self.team.close()
 
+    def lock(self, name: str):
+        return self.local.lock(name)  # the team layer is only read: its locks guard nothing of ours
+
     # -- writes: local layer only -----------------------------------------------------------------------
     def commit(self, record: TuningRecord) -> bool:
         return self.local.commit(record)

@@ -13,6 +13,7 @@ from sqlalchemy import column, inspect, select, table, text
 from sqlalchemy.engine import URL, Connection, Engine
 
 from kernelgen.db.engine import shown, transaction
+from kernelgen.db.locks import PG_SCHEMA_KEY
 from kernelgen.db.models import RECORDS_TABLE, VERSION_TABLE
 from kernelgen.errors import DatabaseError, SchemaVersionError
 
@@ -20,7 +21,6 @@ MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 # Every migration under migrations/versions, oldest first (a test checks this against alembic). Kept as
 # data so opening a database reads one row and never imports alembic unless it has to migrate.
 REVISIONS = ("0001", "0002", "0003")
-_PG_LOCK_KEY = 0x6B65726E656C  # advisory lock serialising schema changes across processes ("kernel")
 
 
 def alembic_config():
@@ -61,7 +61,7 @@ def current_revision(conn: Connection) -> str | None:
 def _lock(conn: Connection) -> None:
     # SQLite: the write transaction (BEGIN IMMEDIATE) is already the lock.
     if conn.dialect.name == "postgresql":
-        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_SCHEMA_KEY})
 
 
 def _migrate(conn: Connection, revision: str) -> None:

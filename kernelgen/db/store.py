@@ -19,7 +19,8 @@ from sqlalchemy.engine import Connection
 
 from kernelgen.db import jsonl
 from kernelgen.db.engine import make_engine, parse_url, shown, transaction
-from kernelgen.db.models import RecordRow, row_values, toolchain_hash
+from kernelgen.db.limits import checked_row
+from kernelgen.db.models import RecordRow, toolchain_hash
 from kernelgen.db.nearest import NearestGroups, rank
 from kernelgen.db.schema import current_revision, ensure_schema, schema_number
 from kernelgen.errors import DatabaseError
@@ -76,6 +77,13 @@ class TuningDB:
     def _tx(self, *, write: bool = False, single_read: bool = False):
         return transaction(self._engine, self._url, write=write, read_only=self.read_only, single_read=single_read)
 
+    def lock(self, name: str):
+        """A context manager holding the exclusive lock ``name`` of this database: every process and host
+        using it waits for the holder (see ``kernelgen.db.locks``). Released when the holder dies."""
+        from kernelgen.db.locks import named_lock
+
+        return named_lock(self._url, name, self._engine)
+
     def close(self) -> None:
         self._engine.dispose()
 
@@ -99,9 +107,13 @@ class TuningDB:
         for record in records:
             if not isinstance(record, TuningRecord):
                 raise TypeError(f"commit needs TuningRecord values, got {type(record).__name__}")
-            rid = record.record_id  # a content hash: compute it once per record
-            if rid not in rows:
-                rows[rid] = row_values(record, rid)
+            try:
+                rid = record.record_id  # a content hash: compute it once per record
+                if rid not in rows:
+                    rows[rid] = checked_row(record, rid)
+            except ValueError as err:  # validated before any write, so a batch is never half refused
+                raise DatabaseError(f"a record of workload {str(record.workload_key)[:40]!r} cannot be stored: "
+                                    f"{' '.join(str(err).split())}; nothing was written") from None
         if not rows:
             with self._tx(write=True):  # still refuse a read-only database, even with nothing to write
                 return 0

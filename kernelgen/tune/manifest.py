@@ -62,9 +62,11 @@ def load_manifest(path: str | os.PathLike) -> list[Workload]:
     """
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")  # TOML is UTF-8 by definition, whatever the locale says
     except OSError as exc:
         raise ManifestError(f"cannot read manifest {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ManifestError(f"{path} is not UTF-8 text (byte {exc.start}): save the manifest as UTF-8") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -7,6 +7,7 @@ evaluating. Every evaluated config is one trial carrying its ``Measurement`` in 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import warnings
@@ -80,6 +81,44 @@ def make_sampler(name: str, domain: Domain, seed: int | None = None) -> DomainSa
     raise KernelgenError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
 
 
+def _shown(storage: str | None) -> str:
+    if storage is None:
+        return "memory"
+    from kernelgen.db.engine import parse_url, shown
+
+    try:
+        return shown(parse_url(storage))
+    except KernelgenError:
+        return "an invalid URL"
+
+
+def _storage_lock(storage: str | None):
+    if storage is None:
+        return contextlib.nullcontext()
+    from kernelgen.db.locks import SCHEMA_LOCK, named_lock
+
+    return named_lock(storage, SCHEMA_LOCK)
+
+
+def open_storage(storage: str | None) -> "optuna.storages.BaseStorage | None":
+    """Optuna's RDBStorage at the URL ``storage`` (None: in memory), safe for several processes.
+
+    Call it under the database's schema lock (``Searcher`` does): RDBStorage creates its tables and stamps
+    its alembic version with check-then-write steps that two processes on a fresh database would both take
+    ("table ... already exists", "UniqueViolation alembic_version_pkc").
+    """
+    if storage is None:
+        return None
+    from kernelgen.db.engine import CONNECT_TIMEOUT_S, SQLITE_BUSY_TIMEOUT_MS, parse_url, serialise_sqlite
+
+    backend = parse_url(storage).get_backend_name()
+    connect_args = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000} if backend == "sqlite" else \
+        {"connect_timeout": CONNECT_TIMEOUT_S} if backend == "postgresql" else {}
+    rdb = optuna.storages.RDBStorage(storage, engine_kwargs={"connect_args": connect_args})
+    serialise_sqlite(rdb.engine)
+    return rdb
+
+
 @dataclass(frozen=True)
 class SearchResult:
     """This run's measurements in evaluation order, the best OK measurement of the study, why it stopped."""
@@ -105,18 +144,24 @@ class Searcher:
         self.domain = Domain(space)
         self.sampler_name = DEFAULT_SAMPLER if sampler == "auto" else sampler
         self._sampler = make_sampler(sampler, self.domain, seed)
-        try:
-            self.study = optuna.create_study(storage=storage, study_name=study_name, sampler=self._sampler,
-                                             direction="minimize", load_if_exists=True)
-        except Exception as exc:  # bad URL, unreachable server, incompatible schema
-            raise KernelgenError(f"cannot open the Optuna study {study_name!r} at {storage!r}: {exc}") from exc
-        if self.study.metric_names is None:
-            with warnings.catch_warnings():  # experimental in some Optuna versions; the name is cosmetic
-                warnings.simplefilter("ignore")
-                self.study.set_metric_names([objective_name])
         self._pending: dict[Config, Trial] = {}
         self._penalise_failures = PENALISE_FAILURES and isinstance(self._sampler, ProjectedSampler)
-        self._enqueue(warm_start)
+        # Processes opening one study at once: table creation, study creation and the warm-start queue are
+        # each check-then-write, so they run under the database's schema lock (re-checked inside it).
+        with _storage_lock(storage):
+            try:
+                self.study = optuna.create_study(storage=open_storage(storage), study_name=study_name,
+                                                 sampler=self._sampler, direction="minimize", load_if_exists=True)
+            except KernelgenError:
+                raise
+            except Exception as exc:  # bad URL, unreachable server, incompatible schema
+                raise KernelgenError(f"cannot open the Optuna study {study_name!r} at {_shown(storage)}: "
+                                     f"{' '.join(str(exc).split())}") from exc
+            if self.study.metric_names is None:
+                with warnings.catch_warnings():  # experimental in some Optuna versions; the name is cosmetic
+                    warnings.simplefilter("ignore")
+                    self.study.set_metric_names([objective_name])
+            self._enqueue(warm_start)
 
     def _penalty(self) -> float:
         worst = [t.value for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
@@ -260,4 +305,4 @@ def run_search(space: SearchSpace, measure: Callable[[Config], Measurement], *, 
     return SearchResult(tuple(evaluated), _best(searcher.measurements()), stop)
 
 
-__all__ = ["SAMPLERS", "SearchResult", "Searcher", "make_sampler", "run_search"]
+__all__ = ["SAMPLERS", "SearchResult", "Searcher", "make_sampler", "open_storage", "run_search"]

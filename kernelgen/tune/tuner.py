@@ -227,7 +227,7 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
         from kernelgen.db import open_db
 
         db = open_db()
-    start = time.monotonic()
+    start, started = time.monotonic(), time.time()
     try:
         result = TuneResult(graph=graph, backend=backend, target=target, best=None, trials=[], measured=0)
         winners: list[TuningRecord] = []
@@ -242,12 +242,20 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
             rounds = outcome.rounds or rounds
         verdicts = [r for r in result.trials if r.evidence is Evidence.DECLARED]
         if len(impls) > 1 and winners and (result.measured > 0 or not verdicts):
-            # Each implementation's winner was timed at a different moment: only side by side is the
-            # comparison fair on a shared machine. (With one winner left, its default and eager still
-            # need the verdict's rounds.)
-            rounds = _showdown(db, graph, result.trials, winners, impls, target, opts)
-            result.trials.extend(rounds[1])
-            result.measured += rounds[0].measured
+            # One process at a time declares the verdict of a workload and target; a verdict another process
+            # declared since this call began stands (one per workload and target).
+            with db.lock(f"verdict:{graph.workload_key}:{target.fingerprint}"):
+                meanwhile = _declared_since(db, graph, impls, target, started)
+                if meanwhile:
+                    result.trials.extend(r for r in meanwhile if r not in result.trials)
+                    rounds = None
+                else:
+                    # Each implementation's winner was timed at a different moment: only side by side is the
+                    # comparison fair on a shared machine. (With one winner left, its default and eager still
+                    # need the verdict's rounds.)
+                    rounds = _showdown(db, graph, result.trials, winners, impls, target, opts)
+                    result.trials.extend(rounds[1])
+                    result.measured += rounds[0].measured
         if rounds is not None and rounds[0].doubt and rounds[0].winner is not None:
             result.best = rounds[1][rounds[0].winner]  # no verdict: the leader, shown with the reason
         else:
@@ -263,6 +271,15 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
             db.close()
     result.seconds = time.monotonic() - start
     return result
+
+
+def _declared_since(db: Any, graph: Graph, impls: Sequence[Implementation], target: Target,
+                    since: float) -> list[TuningRecord]:
+    """Verdicts for the graph on ``target`` committed at or after ``since`` (by any process)."""
+    return [r for impl in impls
+            for r in db.trials(graph.workload_key, target.fingerprint, implementation=impl.name,
+                               implementation_hash=impl.source_hash())
+            if r.evidence is Evidence.DECLARED and r.provenance.created_at >= since]
 
 
 def _speed_key(record: TuningRecord) -> tuple[float, str, str]:
@@ -369,27 +386,36 @@ def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Ta
     searcher_args = dict(sampler=opts.sampler, storage=storage, study_name=study_name(graph, impl, target),
                          warm_start=warm)
     run_workers(space, state, recorder.commit, make_measurer, searcher_args, workers=opts.workers, seed=opts.seed)
-    records = list(prior) + state.new_records
     measured = len(state.new_records)
-    ok = sorted((r for r in records if r.measurement.ok and not is_confirmation(r)), key=_speed_key)
-    winner, rounds = None, None
-    if ok:
-        trials = {config: t for (_, config), t in _trial_times(ok).items()}  # fastest first
-        chosen = list(trials)[:CONFIRM_TOP]
-        default = impl.default_config(target)
-        if default in trials and default not in chosen:
-            chosen.append(default)  # re-measured alongside, so "speedup over default" compares like with like
-        with make_measurer() as measurer:
-            # The default too: if it re-measures fastest, it wins. Ties (within TIE_TOLERANCE) go to it as
-            # well, so a config replaces the default only when it is measurably faster, not on noise.
-            conf = confirm([Finalist(c, partial(measurer.measure, c), trials[c], c == default) for c in chosen],
-                           lambda c: c.key(), eager=measurer.eager if declare and opts.time_eager else None)
-        confirmed = commit_confirmation(conf, declare, lambda _c, m: recorder.commit(m),
-                                        f"the top {len(chosen)} configs", state)
-        records.extend(confirmed)
-        measured += conf.measured
-        winner = None if conf.winner is None else confirmed[conf.winner]
-        rounds = (conf, confirmed) if declare else None
+    # One process at a time confirms a study and declares its verdict; a process that searched alongside
+    # takes the verdict committed meanwhile instead of declaring a second one.
+    with db.lock(f"confirm:{searcher_args['study_name']}"):
+        records = db.trials(graph.workload_key, target.fingerprint, implementation=impl.name,
+                            implementation_hash=recorder.fields["implementation_hash"])
+        before = {r.record_id for r in confirmations}
+        meanwhile = [r for r in records if is_confirmation(r) and r.record_id not in before]
+        if meanwhile:
+            return _Outcome(records, measured, state.stop_reason or "confirmed by another process",
+                            pick_winner(meanwhile))
+        ok = sorted((r for r in records if r.measurement.ok and not is_confirmation(r)), key=_speed_key)
+        winner, rounds = None, None
+        if ok:
+            trials = {config: t for (_, config), t in _trial_times(ok).items()}  # fastest first
+            chosen = list(trials)[:CONFIRM_TOP]
+            default = impl.default_config(target)
+            if default in trials and default not in chosen:
+                chosen.append(default)  # re-measured alongside, so "speedup over default" compares like with like
+            with make_measurer() as measurer:
+                # The default too: if it re-measures fastest, it wins. Ties (within TIE_TOLERANCE) go to it as
+                # well, so a config replaces the default only when it is measurably faster, not on noise.
+                conf = confirm([Finalist(c, partial(measurer.measure, c), trials[c], c == default) for c in chosen],
+                               lambda c: c.key(), eager=measurer.eager if declare and opts.time_eager else None)
+            confirmed = commit_confirmation(conf, declare, lambda _c, m: recorder.commit(m),
+                                            f"the top {len(chosen)} configs", state)
+            records.extend(confirmed)
+            measured += conf.measured
+            winner = None if conf.winner is None else confirmed[conf.winner]
+            rounds = (conf, confirmed) if declare else None
     return _Outcome(records, measured, state.stop_reason, winner, rounds)
 
 

@@ -123,7 +123,7 @@ def test_team_database_is_read_only_and_layered(url: str, tmp_path, capsys, monk
 
 def _export(url: str, tmp_path) -> Path:
     path = tmp_path / "all.jsonl"
-    with open_db(url) as db:
+    with open_db(url, team_url="") as db:
         db.export(path)
     return path
 

@@ -103,3 +103,26 @@ def test_team_url_from_the_environment(team_url: str, tmp_path, monkeypatch: pyt
         assert isinstance(db, LayeredDB) and db.count() == 4
     with open_db(f"sqlite:///{tmp_path / 'l.sqlite'}", team_url="") as db:
         assert isinstance(db, TuningDB) and db.count() == 0
+
+
+@pytest.mark.parametrize(("local", "team", "same"), [
+    ("postgresql://kg@LOCALHOST/tuning", "postgresql+psycopg://kg@127.0.0.1:5432/tuning", True),
+    ("postgresql://kg@db.example/tuning", "postgresql://kg@db.example:5433/tuning", False),
+    ("postgresql://kg@db.example/tuning", "postgresql://kg@db.example/other", False),
+    ("postgresql://kg@db.example/t?options=-csearch_path%3Dmine", "postgresql://kg@db.example/t?options=-csearch_path%3Dteam", False),
+    ("sqlite://", "sqlite://", False),  # two memory databases are two databases
+])
+def test_same_database_however_spelt(local: str, team: str, same: bool) -> None:
+    from kernelgen.db.engine import parse_url, same_database
+
+    assert same_database(parse_url(local), parse_url(team)) is same
+
+
+def test_layering_a_database_over_itself_is_refused(persistent_url: str, monkeypatch) -> None:
+    from kernelgen.errors import DatabaseError
+
+    with pytest.raises(DatabaseError, match="same database"):
+        open_db(persistent_url, team_url=persistent_url)
+    monkeypatch.setenv("KERNELGEN_DB", persistent_url)
+    with pytest.raises(DatabaseError, match="same database"):
+        open_db(team_url=persistent_url)  # the local default comes from the environment
