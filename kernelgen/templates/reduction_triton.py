@@ -103,10 +103,10 @@ class _Renderer:
                 continue
             var = f"x{ld.node}"
             if ld.is_scalar:
-                self.out(f"{var} = {to_compute(f'tl.load(in{ld.arg})', ld.dtype)}")
+                self.out(f"{var} = {to_compute(f'tl.load(in{ld.arg})', ld.dtype, self.interp)}")
             else:
                 expr = f"tl.load(in{ld.arg} + {self.load_base(ld)}, mask=row_mask, other=0)"
-                self.out(f"{var} = {to_compute(expr, ld.dtype)}")
+                self.out(f"{var} = {to_compute(expr, ld.dtype, self.interp)}")
             self.row_names[ld.node] = var
 
     def cone(self, targets: list[int], available: dict[int, str]) -> list[int]:
@@ -132,7 +132,7 @@ class _Renderer:
             if i in self.loads:
                 ld = self.loads[i]
                 expr = (f"tl.load(in{ld.arg} + {self.load_base(ld)} + cols * {ld.strides[-1]}, mask=mask, other=0)")
-                self.out(f"x{i} = {to_compute(expr, ld.dtype)}", depth)
+                self.out(f"x{i} = {to_compute(expr, ld.dtype, self.interp)}", depth)
                 names[i] = f"x{i}"
         emitter = ExprEmitter(self.g, names, interpreter=self.interp)
         compute = [i for i in needed if i not in names and self.g.nodes[i].op not in ("sum", "max", "min")]
