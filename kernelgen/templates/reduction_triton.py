@@ -259,7 +259,9 @@ class _Renderer:
                 op = self.g.nodes[r].op
                 if r in online.values():  # per-lane online softmax: rescale the sums to the new max
                     self.out(f"xm{r} = {self.masked(emitter, r)}", 2)
-                    self.out(f"new{r} = tl.maximum(acc{r}, xm{r})", 2)
+                    # NaN must win as in eager (and the max may be an output): the interpreter's maximum
+                    # propagates NaN by default, a GPU's does not
+                    self.out(f"new{r} = tl.maximum(acc{r}, xm{r}, propagate_nan=tl.PropagateNan.ALL)", 2)
                     self.out(f"safe{r} = tl.where(new{r} == float(\"-inf\"), 0.0, new{r})", 2)
                     for s_node in (s for s, m in online.items() if m == r):
                         self.out(f"acc{s_node} = acc{s_node} * tl.exp(acc{r} - safe{r}) + tl.exp(xm{r} - safe{r})", 2)
