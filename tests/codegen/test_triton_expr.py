@@ -168,3 +168,18 @@ def test_integer_pow_with_a_negative_constant_exponent_runs_eager_and_raises_lik
         torch.pow(x, -2)
     with pytest.raises(RuntimeError, match="negative integer powers"):
         compiled(x)
+
+
+def test_a_refused_graph_still_has_a_gpu_search_space():
+    # The ahead-of-time resource check renders configs; a renderer refusal must not escape space()
+    # (dispatch would raise instead of running eagerly), it surfaces when the kernel is built.
+    from kernelgen.errors import UnsupportedOpError
+    from kernelgen.target import Target
+    from kernelgen.templates import match
+
+    graph = kernelgen.trace(lambda x: torch.pow(x, -2), torch.ones(8, dtype=torch.int32))
+    template, problem = match(graph)
+    target = Target.gpu("sm_90")
+    config = template.space(problem, target).default()
+    with pytest.raises(UnsupportedOpError, match="negative exponent -2"):
+        template.render(problem, config, target)
