@@ -107,6 +107,20 @@ _COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="
 _FLOAT_ONLY = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "silu", "reciprocal", "gelu",
                          "div"})  # the IR gives these a float dtype whatever their inputs
 _INT_BITS = {"int8": 8, "uint8": 8, "int16": 16, "int32": 32, "int64": 64}
+_NARROW = ("float16", "bfloat16")
+_RANK = {"bool": 0, "uint8": 1, "int8": 1, "int16": 2, "int32": 3, "int64": 4, "float16": 5, "bfloat16": 5,
+         "float32": 6, "float64": 7}
+
+
+def _promote(a: str, b: str) -> str:
+    """torch's type promotion of two tensor dtypes (``torch.promote_types``)."""
+    if a == b:
+        return a
+    if {a, b} == {"uint8", "int8"}:
+        return "int16"
+    if {a, b} == {"float16", "bfloat16"}:
+        return "float32"
+    return max(a, b, key=_RANK.__getitem__)
 
 
 class ExprEmitter:
@@ -131,12 +145,24 @@ class ExprEmitter:
         return lines
 
     def _arg(self, j: int, dtype: str | None = None) -> str:
-        """Input ``j`` converted to ``dtype``'s compute dtype when it is held in another one."""
+        """Input ``j`` converted to ``dtype``'s compute dtype when it is held in another one. An input of
+        another dtype becoming float16/bfloat16 is rounded to it first, as eager converts it to the common
+        dtype before computing (int32 2049 + float16 1.0 is 2048 + 1.0 in eager)."""
         name = self.names[j]
-        have = compute_dtype(self.graph.nodes[j].spec.dtype)
-        if dtype is None or have == compute_dtype(dtype):
+        src = self.graph.nodes[j].spec.dtype
+        if dtype is None or src == dtype:
+            return name
+        if dtype in _NARROW:
+            return self._narrow(name if compute_dtype(src) == "float32" else f"{name}.to(tl.float32)", dtype)
+        if compute_dtype(src) == compute_dtype(dtype):
             return name
         return f"{name}.to({TL_DTYPE[compute_dtype(dtype)]})"
+
+    def _narrow(self, x: str, dtype: str) -> str:
+        """float32 ``x`` rounded to float16/bfloat16 (still held as float32)."""
+        if dtype == "bfloat16" and self.interpreter:
+            return bf16_round(x)
+        return f"{x}.to({TL_DTYPE[dtype]}).to(tl.float32)"
 
     def _bool(self, j: int) -> str:
         name = self.names[j]
@@ -167,7 +193,12 @@ class ExprEmitter:
         return [f"tl.full([], {const_literal(n.attr('value'))}, {TL_DTYPE[compute_dtype(n.spec.dtype)]})"]
 
     def _compare(self, i: int, n: Node) -> list[str]:
-        a, b = (self.names[j] for j in n.inputs)
+        """Compared in the promoted dtype, as eager: float16/bfloat16 operands are rounded to it first (the
+        IR keeps such intermediates and constants unrounded, which is within tolerance for arithmetic but
+        flips a comparison: float16 x == 0.1 compares x with 0.0999755859375 in eager)."""
+        operand = _promote(*(self.graph.nodes[j].spec.dtype for j in n.inputs))
+        a, b = (self._narrow(self.names[j], operand) if operand in _NARROW and self.graph.nodes[j].spec.dtype == operand
+                else self._arg(j, operand) for j in n.inputs)  # _arg rounds the other dtypes
         return [f"({a} {_COMPARE[n.op]} {b})"]
 
     _rule_eq = _rule_ne = _rule_lt = _rule_le = _rule_gt = _rule_ge = _compare

@@ -183,3 +183,23 @@ def test_a_refused_graph_still_has_a_gpu_search_space():
     config = template.space(problem, target).default()
     with pytest.raises(UnsupportedOpError, match="negative exponent -2"):
         template.render(problem, config, target)
+
+
+def test_mixed_dtypes_are_promoted_and_rounded_like_eager():
+    u8 = torch.tensor([200, 255, 0, 128, 7], dtype=torch.uint8, device=DEVICE)
+    i8 = torch.tensor([-56, -1, 0, -128, 7], dtype=torch.int8, device=DEVICE)
+    i32 = torch.tensor([2049, 16777217, 3, -4097, 2051], dtype=torch.int32, device=DEVICE)
+    h = torch.tensor([2048.0, 1.0, 3.0, -4096.0, 1.0], dtype=torch.float16, device=DEVICE)
+    b = h.to(torch.bfloat16)
+    cases = [
+        (lambda a, b: (a == b, a < b, a > b, a + b), (u8, i8)),  # compared and added in int16
+        (lambda a, b: (a == b, a > b, a + b, a * b), (i32, h)),  # int32 rounds to float16 first
+        (lambda a, b: (a == b, a >= b, a + b), (i32, b)),
+        (lambda a, b: (a * 3 == b * 3, a * 0.1 == b * 0.1, a == 0.1, a != 2049), (h, h + 1)),  # fp16 rounding
+    ]
+    for fn, args in cases:
+        compiled = kernelgen.compile(fn, backend="triton")
+        got = compiled(*args)
+        assert compiled.explain(*args)["implementation"] == "pointwise"
+        for g, w in zip(got, fn(*args)):
+            assert g.dtype == w.dtype and torch.equal(g, w), (fn(*args), got)
