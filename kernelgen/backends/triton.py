@@ -128,7 +128,8 @@ class TritonKernel(Kernel):
             return  # empty problem
         device = self.device_of(tensors)
         try:
-            if self.device != "cpu" and device.index is not None and device.index != _current_gpu():
+            if self.device != "cpu" and device is not None and device.index is not None \
+                    and device.index != _current_gpu():
                 import torch
 
                 with torch.cuda.device(device):

@@ -58,7 +58,8 @@ def render(problem: PointwiseProblem, config: Config, target: Target) -> Source:
             lines.append(f"    {var} = {to_compute(f'tl.load(in{ld.arg})', ld.dtype, interp)}")
         else:
             offset = offset_expr("offs", problem.shape, ld.strides)
-            lines.append(f"    {var} = {to_compute(f'tl.load(in{ld.arg} + {offset}, mask=mask, other=0)', ld.dtype, interp)}")
+            loaded = f"tl.load(in{ld.arg} + {offset}, mask=mask, other=0)"
+            lines.append(f"    {var} = {to_compute(loaded, ld.dtype, interp)}")
             block_valued.add(ld.node)
         names[ld.node] = var
     emitter = ExprEmitter(graph, names, interpreter=interp)
