@@ -177,7 +177,13 @@ def test_a_refused_graph_still_has_a_gpu_search_space():
     from kernelgen.target import Target
     from kernelgen.templates import match
 
-    graph = kernelgen.trace(lambda x: torch.pow(x, -2), torch.ones(8, dtype=torch.int32))
+    from kernelgen.ir import Graph, Node
+    from kernelgen.values import TensorSpec
+
+    vector = TensorSpec((8,), "int32")  # built by hand: the lowering may refuse int ** -2 before a renderer sees it
+    graph = Graph((Node("input", (), (("index", 0),), vector),
+                   Node("const", (), (("value", -2),), TensorSpec((), "int32")),
+                   Node("pow", (0, 1), (), vector)), (2,))
     template, problem = match(graph)
     target = Target.gpu("sm_90")
     config = template.space(problem, target).default()
