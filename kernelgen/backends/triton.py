@@ -191,6 +191,11 @@ class TritonBackend(Backend):
     def target(self) -> Target:
         return Target.current("triton")
 
+    def tensor_device(self) -> str:
+        """Where this backend's kernels read and write tensors: ``"cuda"`` on a GPU (ROCm too), ``"cpu"``
+        under the interpreter. Callers allocating inputs or outputs for a kernel allocate them here."""
+        return "cuda" if self.has_gpu() and not interpreter_active() else "cpu"
+
     def compile(self, source: Source) -> TritonKernel:
         if source.language != "triton":
             raise CompileError(f"the Triton backend cannot compile {source.language!r} source {source.entry}")
@@ -203,7 +208,7 @@ class TritonBackend(Backend):
             return cached
         path = write_module(source)
         fn = load_entry(path, source.entry)
-        kernel = TritonKernel(source, fn, path, "cuda" if self.has_gpu() and not interpreter_active() else "cpu")
+        kernel = TritonKernel(source, fn, path, self.tensor_device())
         with self._lock:
             self._kernels[source.hash] = kernel
         return kernel

@@ -169,3 +169,9 @@ def test_a_gpu_kernel_refuses_cpu_tensors_naming_the_fix():
     x = torch.randn(10)
     with pytest.raises(InputMismatchError, match=r"on the CPU.*\.cuda\(\).*TRITON_INTERPRET=1"):
         gpu_kernel(x, x, x)
+
+
+def test_tensor_device_is_where_kernels_run():
+    backend = get_backend("triton")
+    assert backend.tensor_device() == DEVICE
+    assert backend.compile(axpy_source()).device == DEVICE
