@@ -241,3 +241,12 @@ def test_every_swept_kernel_compiles_ahead_of_time_for_a_gpu(monkeypatch):
         pytest.skip(str(exc))
     failed = [(name, result[:200]) for name, result in zip(names, results) if isinstance(result, str)]
     assert not failed
+
+
+@pytest.mark.parametrize("exponent", [0.5, -0.5, 2, 3, -1, -2, 1, 0, 1.7, -3.0, 0.0])
+def test_float_pow_with_a_constant_exponent_matches_eager(exponent):
+    # ATen special-cases these exponents (sqrt, rsqrt, x * x, reciprocal...), which differ from C's pow at
+    # -inf and -0.0; the renderer must follow eager, not the formula
+    x = special_values(torch.float32)
+    compiled = kernelgen.compile(lambda x: torch.pow(x, exponent), backend="triton")
+    assert_like_eager(compiled(x), torch.pow(x, exponent), None, f"pow(x, {exponent})")
