@@ -190,7 +190,16 @@ class ExprEmitter:
 
     # -- ops that need more than a formula --------------------------------------------------------------
     def _rule_const(self, i: int, n: Node) -> list[str]:
-        return [f"tl.full([], {const_literal(n.attr('value'))}, {TL_DTYPE[compute_dtype(n.spec.dtype)]})"]
+        value, dt = n.attr("value"), n.spec.dtype
+        if dt in _INT_BITS and not isinstance(value, str):
+            # eager converts a Python scalar to the tensor's integer dtype with wraparound (int8 x < 1000
+            # compares with -24); tl.full refuses a value out of range
+            bits = _INT_BITS[dt]
+            value = int(value) % 2**bits
+            value = value - 2**bits if dt != "uint8" and value >= 2 ** (bits - 1) else value
+        elif dt == "bool" and not isinstance(value, str):
+            value = bool(value)
+        return [f"tl.full([], {const_literal(value)}, {TL_DTYPE[compute_dtype(dt)]})"]
 
     def _compare(self, i: int, n: Node) -> list[str]:
         """Compared in the promoted dtype, as eager: float16/bfloat16 operands are rounded to it first (the

@@ -250,3 +250,15 @@ def test_float_pow_with_a_constant_exponent_matches_eager(exponent):
     x = special_values(torch.float32)
     compiled = kernelgen.compile(lambda x: torch.pow(x, exponent), backend="triton")
     assert_like_eager(compiled(x), torch.pow(x, exponent), None, f"pow(x, {exponent})")
+
+
+def test_python_integers_wrap_into_the_tensor_dtype_like_eager():
+    # eager casts the scalar to the tensor's dtype: int8 x < 1000 is x < -24, uint8 x > -1 is x > 255
+    i8 = torch.tensor([-128, -30, -24, 0, 5, 127], dtype=torch.int8, device=DEVICE)
+    u8 = torch.tensor([0, 1, 200, 255], dtype=torch.uint8, device=DEVICE)
+    for fn, x in ((lambda x: (x < 1000, x * 1000, x + 300, x == 232, x - 2**40), i8),
+                  (lambda x: (x > -1, x + 257, x * -1), u8)):
+        compiled = kernelgen.compile(fn, backend="triton")
+        for got, want in zip(compiled(x), fn(x)):
+            assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
+        assert compiled.explain(x)["implementation"] == "pointwise"
