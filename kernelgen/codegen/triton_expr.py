@@ -145,13 +145,18 @@ class ExprEmitter:
         return lines
 
     def _arg(self, j: int, dtype: str | None = None) -> str:
-        """Input ``j`` converted to ``dtype``'s compute dtype when it is held in another one. An input of
-        another dtype becoming float16/bfloat16 is rounded to it first, as eager converts it to the common
-        dtype before computing (int32 2049 + float16 1.0 is 2048 + 1.0 in eager)."""
+        """Input ``j`` converted to ``dtype``'s compute dtype when it is held in another one.
+
+        Where the dtype changes, eager has the value stored in its own dtype and converts that: a float16 or
+        bfloat16 input (which the IR holds unrounded in float32) is rounded to its dtype first, and a value
+        of another dtype becoming float16/bfloat16 is rounded to that (int32 2049 + float16 1.0 is
+        2048 + 1.0 in eager)."""
         name = self.names[j]
         src = self.graph.nodes[j].spec.dtype
         if dtype is None or src == dtype:
             return name
+        if src in _NARROW:
+            name = self._narrow(name, src)
         if dtype in _NARROW:
             return self._narrow(name if compute_dtype(src) == "float32" else f"{name}.to(tl.float32)", dtype)
         if compute_dtype(src) == compute_dtype(dtype):
@@ -258,6 +263,8 @@ class ExprEmitter:
         src = self.graph.nodes[n.inputs[0]].spec.dtype
         a = self.names[n.inputs[0]]
         dst = n.spec.dtype
+        if src in _NARROW and dst != src:  # eager converts the value as stored in its dtype (see _arg)
+            a = self._narrow(a, src)
         if dst == "bool":
             return [a if src == "bool" else f"({a} != 0)"]
         if dst == "bfloat16" and self.interpreter:

@@ -262,3 +262,20 @@ def test_python_integers_wrap_into_the_tensor_dtype_like_eager():
         for got, want in zip(compiled(x), fn(x)):
             assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
         assert compiled.explain(x)["implementation"] == "pointwise"
+
+
+@pytest.mark.parametrize("narrow", [torch.float16, torch.bfloat16])
+def test_a_narrow_intermediate_is_rounded_where_its_dtype_changes(narrow):
+    # eager stores x * 3 in x's dtype before .float(), a comparison or an op in float64 reads it
+    x = torch.tensor([1.0208, 1.01, 1.2345, -7.77], device=DEVICE).to(narrow)
+    d = torch.ones(4, dtype=torch.float64, device=DEVICE)
+
+    other = torch.float16 if narrow == torch.bfloat16 else torch.bfloat16
+
+    def fn(x, d):
+        y = x * 3
+        return y.float() * 1.0, (y * d), y.double() / 3, y == 3.0625, y.to(other).float() + 0.0
+
+    compiled = kernelgen.compile(fn, backend="triton")
+    for got, want in zip(compiled(x, d), fn(x, d)):
+        assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
