@@ -152,9 +152,12 @@ class ExprEmitter:
         of another dtype becoming float16/bfloat16 is rounded to that (int32 2049 + float16 1.0 is
         2048 + 1.0 in eager)."""
         name = self.names[j]
-        src = self.graph.nodes[j].spec.dtype
+        node = self.graph.nodes[j]
+        src = node.spec.dtype
         if dtype is None or src == dtype:
             return name
+        if node.op == "const":  # a Python scalar becomes the consumer's dtype directly: -1 / uint8 y is -1.0 / y
+            return _scalar(node.attr("value"), dtype)
         if src in _NARROW:
             name = self._narrow(name, src)
         if dtype in _NARROW:
@@ -195,16 +198,7 @@ class ExprEmitter:
 
     # -- ops that need more than a formula --------------------------------------------------------------
     def _rule_const(self, i: int, n: Node) -> list[str]:
-        value, dt = n.attr("value"), n.spec.dtype
-        if dt in _INT_BITS and not isinstance(value, str):
-            # eager converts a Python scalar to the tensor's integer dtype with wraparound (int8 x < 1000
-            # compares with -24); tl.full refuses a value out of range
-            bits = _INT_BITS[dt]
-            value = int(value) % 2**bits
-            value = value - 2**bits if dt != "uint8" and value >= 2 ** (bits - 1) else value
-        elif dt == "bool" and not isinstance(value, str):
-            value = bool(value)
-        return [f"tl.full([], {const_literal(value)}, {TL_DTYPE[compute_dtype(dt)]})"]
+        return [_scalar(n.attr("value"), n.spec.dtype)]
 
     def _compare(self, i: int, n: Node) -> list[str]:
         """Compared in the promoted dtype, as eager: float16/bfloat16 operands are rounded to it first (the
@@ -325,6 +319,19 @@ class ExprEmitter:
 
 
 _INF, _NINF, _NAN = 'float("inf")', 'float("-inf")', 'float("nan")'
+
+
+def _scalar(value: object, dtype: str) -> str:
+    """A scalar of ``dtype``'s compute dtype equal to IR constant ``value`` converted as eager converts a
+    Python scalar: into an integer dtype with truncation and wraparound (int8 x < 1000 compares with -24;
+    ``tl.full`` refuses a value out of range), into bool as ``value != 0``."""
+    if not isinstance(value, str) and dtype in _INT_BITS:
+        bits = _INT_BITS[dtype]
+        value = int(value) % 2**bits
+        value = value - 2**bits if dtype != "uint8" and value >= 2 ** (bits - 1) else value
+    elif not isinstance(value, str) and dtype == "bool":
+        value = bool(value)
+    return f"tl.full([], {const_literal(value)}, {TL_DTYPE[compute_dtype(dtype)]})"
 
 
 def _and(a: str, b: str) -> str:

@@ -279,3 +279,13 @@ def test_a_narrow_intermediate_is_rounded_where_its_dtype_changes(narrow):
     compiled = kernelgen.compile(fn, backend="triton")
     for got, want in zip(compiled(x, d), fn(x, d)):
         assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
+
+
+def test_a_python_scalar_takes_the_dtype_of_the_op_that_uses_it():
+    # -1 next to a uint8 tensor is 255 in uint8 arithmetic but -1.0 in a true division
+    u8 = torch.tensor([1, 34, 200], dtype=torch.uint8, device=DEVICE)
+    fn = lambda y: (torch.div(-1, y), y + (-1), torch.log(torch.div(-1, y)), y * 2.5)  # noqa: E731
+    compiled = kernelgen.compile(fn, backend="triton")
+    for got, want in zip(compiled(u8), fn(u8)):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want, equal_nan=True)
