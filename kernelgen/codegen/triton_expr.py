@@ -1,8 +1,15 @@
 """Triton expressions for kernelgen's elementwise ops, shared by every Triton template renderer.
 
 Values live in variables holding their *compute* dtype (float32 for float16/bfloat16/float32, as the IR
-prescribes); only stores and ``cast`` nodes round. Every formula uses core ``tl`` functions that exist
+prescribes); stores and ``cast`` nodes round, and so does every place where eager would have read the value
+back in its own dtype (a change of dtype, a comparison). Every formula uses core ``tl`` functions that exist
 both in the interpreter and on CUDA/ROCm (no libdevice), e.g. ``tanh`` is written out from ``exp``.
+
+Eager PyTorch is the contract, NaN/inf placement and integer wraparound included: integer powers square in
+the element type, float powers follow C's ``pow`` special cases, max/min propagate NaN, Python scalars
+convert as eager converts them. ``OPS`` names every op with a rule; a rule that cannot match eager for a
+node raises ``UnsupportedOpError`` and dispatch runs that graph eagerly. ``tests/codegen/test_triton_expr.py``
+sweeps every (op, dtype) over NaN, infinities, signed zeros, extremes and subnormals against eager.
 """
 
 from __future__ import annotations
