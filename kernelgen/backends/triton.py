@@ -26,6 +26,7 @@ from kernelgen.target import Target
 from kernelgen.values import Source, TensorSpec, TimeStats
 
 _TRUE = ("1", "true", "yes", "on")
+_WHERE = {"cpu": "CPU (Triton interpreter)", "cuda": "GPU"}
 
 
 def interpreter_requested() -> bool:
@@ -65,6 +66,12 @@ def write_module(source: Source) -> Path:
     return path
 
 
+def _current_gpu() -> int:
+    import torch
+
+    return torch.cuda.current_device()
+
+
 class TritonKernel(Kernel):
     """A ``@triton.jit`` function with its grid, launch options and the tensor specs it was rendered for."""
 
@@ -76,28 +83,60 @@ class TritonKernel(Kernel):
         self.specs, self.grid, self.constexprs, self.num_warps, self.num_stages = launch_meta(source)
 
     def check(self, tensors: tuple[Any, ...]) -> None:
-        """Raise ``InputMismatchError`` unless ``tensors`` match the specs and device of this kernel."""
-        if self.specs is None:
-            return
-        if len(tensors) != len(self.specs):
+        """Raise ``InputMismatchError`` unless ``tensors`` match the specs of this kernel and share a device
+        it can reach."""
+        if self.specs is not None and len(tensors) != len(self.specs):
             raise InputMismatchError(f"kernel {self.source.entry} takes {len(self.specs)} tensors "
                                      f"(inputs then outputs), got {len(tensors)}")
-        for i, (t, spec) in enumerate(zip(tensors, self.specs)):
-            if not hasattr(t, "stride") or t.device.type != self.device:
-                where = "CPU (Triton interpreter)" if self.device == "cpu" else "GPU"
-                raise InputMismatchError(f"argument {i} must be a {where} torch tensor for this Triton kernel")
+        for i, t in enumerate(tensors):
+            if not hasattr(t, "stride") or not hasattr(t, "device"):
+                raise InputMismatchError(f"argument {i} of {self.source.entry} is a {type(t).__name__}, not a "
+                                         f"torch tensor on the {_WHERE[self.device]}")
+        self.device_of(tensors)
+        for i, (t, spec) in enumerate(zip(tensors, self.specs or ())):
             actual = TensorSpec.of(t)
             if actual != spec:
                 raise InputMismatchError(f"argument {i} is {actual.dtype}{list(actual.shape)} strides "
                                          f"{list(actual.effective_strides())}; the kernel was built for "
                                          f"{spec.dtype}{list(spec.shape)} strides {list(spec.effective_strides())}")
 
+    def device_of(self, tensors: tuple[Any, ...]) -> Any:
+        """The one device every tensor is on, or ``InputMismatchError`` naming the fix.
+
+        Outputs must live where the inputs do (a kernel writes through raw pointers). On a GPU that device
+        must be a GPU; the interpreter copies tensors of any single device through the host.
+        """
+        if not tensors:
+            return None
+        device = tensors[0].device
+        for i, t in enumerate(tensors):
+            if t.device != device:
+                raise InputMismatchError(
+                    f"argument {i} of {self.source.entry} is on {t.device} but argument 0 is on {device}; a "
+                    f"Triton kernel reads and writes all its tensors on one device: move them with .to('{device}')")
+        if self.device != "cpu" and device.type == "cpu":
+            raise InputMismatchError(
+                f"the tensors of {self.source.entry} are on the CPU; Triton runs on the GPU: move them with "
+                ".cuda(), or set TRITON_INTERPRET=1 before importing triton to run on the CPU (slow)")
+        return device
+
     def launch(self, *tensors: Any) -> None:
-        """Launch without checks. Triton compiles on the first launch, so compile failures surface here."""
+        """Launch without the spec checks (the caller's signature key did them), but on the tensors' device:
+        mixed devices raise ``InputMismatchError``, and a GPU launch runs on the GPU holding the tensors, not
+        on the current one. Triton compiles on the first launch, so compile failures surface here."""
         if any(g == 0 for g in self.grid):
             return  # empty problem
+        device = self.device_of(tensors)
         try:
-            self.fn[self.grid](*tensors, num_warps=self.num_warps, num_stages=self.num_stages, **self.constexprs)
+            if self.device != "cpu" and device is not None and device.index is not None \
+                    and device.index != _current_gpu():
+                import torch
+
+                with torch.cuda.device(device):
+                    self.fn[self.grid](*tensors, num_warps=self.num_warps, num_stages=self.num_stages,
+                                       **self.constexprs)
+            else:
+                self.fn[self.grid](*tensors, num_warps=self.num_warps, num_stages=self.num_stages, **self.constexprs)
         except Exception as exc:
             from triton.compiler.errors import CompilationError
             from triton.runtime.errors import InterpreterError
@@ -152,6 +191,11 @@ class TritonBackend(Backend):
     def target(self) -> Target:
         return Target.current("triton")
 
+    def tensor_device(self) -> str:
+        """Where this backend's kernels read and write tensors: ``"cuda"`` on a GPU (ROCm too), ``"cpu"``
+        under the interpreter. Callers allocating inputs or outputs for a kernel allocate them here."""
+        return "cuda" if self.has_gpu() and not interpreter_active() else "cpu"
+
     def compile(self, source: Source) -> TritonKernel:
         if source.language != "triton":
             raise CompileError(f"the Triton backend cannot compile {source.language!r} source {source.entry}")
@@ -164,7 +208,7 @@ class TritonBackend(Backend):
             return cached
         path = write_module(source)
         fn = load_entry(path, source.entry)
-        kernel = TritonKernel(source, fn, path, "cuda" if self.has_gpu() and not interpreter_active() else "cpu")
+        kernel = TritonKernel(source, fn, path, self.tensor_device())
         with self._lock:
             self._kernels[source.hash] = kernel
         return kernel

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernelgen.errors import CompileError, ToolchainUnavailableError
+from kernelgen.errors import CompileError, ToolchainUnavailableError, UnsupportedOpError
 from kernelgen.paths import atomic_write_text, cache_dir
 from kernelgen.space import Constraint, Param, SearchSpace
 from kernelgen.target import Target
@@ -295,6 +295,8 @@ def resource_constraints(render: Callable[[Config], Source], target: Target) -> 
             result = aot_results([render(config)], target)[0]
         except ToolchainUnavailableError:
             return True  # cannot tell without the compiler: the analytic constraints still hold
+        except UnsupportedOpError:
+            return True  # the renderer refuses the graph whatever the config: building it says so (-> eager)
         return not isinstance(result, str) and not result.violations(target)
 
     return [Constraint(f"fits {target.arch} in an ahead-of-time compile (shared memory, registers, no spills)",

@@ -123,11 +123,11 @@ def render(problem: GemmProblem, config: Config, target: Target) -> Source:
     for ld in p.loads:
         var = f"x{ld.node}"
         if ld.is_scalar:
-            lines.append(f"{var} = {to_compute(f'tl.load(in{ld.arg})', ld.dtype)}")
+            lines.append(f"{var} = {to_compute(f'tl.load(in{ld.arg})', ld.dtype, interp)}")
         else:
             ptr = (f"in{ld.arg} + {offset_expr('bid', p.batch, ld.strides[:-2])} + "
                    f"{tile_offset([('offs_m[:, None]', ld.strides[-2]), ('offs_n[None, :]', ld.strides[-1])])}")
-            lines.append(f"{var} = {to_compute(f'tl.load({ptr}, mask=mask, other=0)', ld.dtype)}")
+            lines.append(f"{var} = {to_compute(f'tl.load({ptr}, mask=mask, other=0)', ld.dtype, interp)}")
         names[ld.node] = var
     emitter = ExprEmitter(g, names, interpreter=interp)
     lines += emitter.emit([i for i, n in enumerate(g.nodes)

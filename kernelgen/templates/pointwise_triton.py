@@ -49,18 +49,19 @@ def render(problem: PointwiseProblem, config: Config, target: Target) -> Source:
              "    pid = tl.program_id(0)" + (".to(tl.int64)" if index_64 else ""),
              "    offs = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)",
              f"    mask = offs < {numel}"]
+    interp = target.kind == "cpu"
     names: dict[int, str] = {}
     block_valued: set[int] = set()
     for ld in problem.loads:
         var = f"x{ld.node}"
         if ld.is_scalar:
-            lines.append(f"    {var} = {to_compute(f'tl.load(in{ld.arg})', ld.dtype)}")
+            lines.append(f"    {var} = {to_compute(f'tl.load(in{ld.arg})', ld.dtype, interp)}")
         else:
             offset = offset_expr("offs", problem.shape, ld.strides)
-            lines.append(f"    {var} = {to_compute(f'tl.load(in{ld.arg} + {offset}, mask=mask, other=0)', ld.dtype)}")
+            loaded = f"tl.load(in{ld.arg} + {offset}, mask=mask, other=0)"
+            lines.append(f"    {var} = {to_compute(loaded, ld.dtype, interp)}")
             block_valued.add(ld.node)
         names[ld.node] = var
-    interp = target.kind == "cpu"
     emitter = ExprEmitter(graph, names, interpreter=interp)
     compute = [i for i, n in enumerate(graph.nodes) if i not in names and n.op not in ("input", "reshape", "transpose")]
     lines += ["    " + line for line in emitter.emit(compute)]

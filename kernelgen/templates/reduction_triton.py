@@ -103,10 +103,10 @@ class _Renderer:
                 continue
             var = f"x{ld.node}"
             if ld.is_scalar:
-                self.out(f"{var} = {to_compute(f'tl.load(in{ld.arg})', ld.dtype)}")
+                self.out(f"{var} = {to_compute(f'tl.load(in{ld.arg})', ld.dtype, self.interp)}")
             else:
                 expr = f"tl.load(in{ld.arg} + {self.load_base(ld)}, mask=row_mask, other=0)"
-                self.out(f"{var} = {to_compute(expr, ld.dtype)}")
+                self.out(f"{var} = {to_compute(expr, ld.dtype, self.interp)}")
             self.row_names[ld.node] = var
 
     def cone(self, targets: list[int], available: dict[int, str]) -> list[int]:
@@ -132,7 +132,7 @@ class _Renderer:
             if i in self.loads:
                 ld = self.loads[i]
                 expr = (f"tl.load(in{ld.arg} + {self.load_base(ld)} + cols * {ld.strides[-1]}, mask=mask, other=0)")
-                self.out(f"x{i} = {to_compute(expr, ld.dtype)}", depth)
+                self.out(f"x{i} = {to_compute(expr, ld.dtype, self.interp)}", depth)
                 names[i] = f"x{i}"
         emitter = ExprEmitter(self.g, names, interpreter=self.interp)
         compute = [i for i in needed if i not in names and self.g.nodes[i].op not in ("sum", "max", "min")]
@@ -259,7 +259,9 @@ class _Renderer:
                 op = self.g.nodes[r].op
                 if r in online.values():  # per-lane online softmax: rescale the sums to the new max
                     self.out(f"xm{r} = {self.masked(emitter, r)}", 2)
-                    self.out(f"new{r} = tl.maximum(acc{r}, xm{r})", 2)
+                    # NaN must win as in eager (and the max may be an output): the interpreter's maximum
+                    # propagates NaN by default, a GPU's does not
+                    self.out(f"new{r} = tl.maximum(acc{r}, xm{r}, propagate_nan=tl.PropagateNan.ALL)", 2)
                     self.out(f"safe{r} = tl.where(new{r} == float(\"-inf\"), 0.0, new{r})", 2)
                     for s_node in (s for s, m in online.items() if m == r):
                         self.out(f"acc{s_node} = acc{s_node} * tl.exp(acc{r} - safe{r}) + tl.exp(xm{r} - safe{r})", 2)

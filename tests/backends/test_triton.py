@@ -137,3 +137,41 @@ def test_on_gpu_every_template_default_matches_eager():
         torch.testing.assert_close(outs[0], evaluate(graph, inputs)[0], atol=2e-2, rtol=2e-2)
         stats = backend.benchmark(lambda: kernel(*inputs, *outs), min_time=0.01)
         assert stats.median > 0
+
+
+def test_tensors_on_mixed_devices_raise_naming_the_fix():
+    # issue 15: outputs must be where the inputs are; a launch never reads one device's pointer on another
+    kernel = get_backend("triton").compile(axpy_source())
+    x = torch.randn(10, device=DEVICE)
+    elsewhere = torch.empty(10, device="meta")  # a second device every machine has
+    for args in ((x, x, elsewhere), (x, elsewhere, x)):
+        with pytest.raises(InputMismatchError, match=rf"is on meta but argument 0 is on {DEVICE}.*\.to\('{DEVICE}"):
+            kernel(*args)
+        with pytest.raises(InputMismatchError, match="one device"):
+            kernel.launch(*args)  # the dispatcher's hot path skips the spec check, not the device check
+
+
+def test_compiled_function_with_inputs_on_two_devices_raises_a_kernelgen_error():
+    import kernelgen
+    from kernelgen.errors import KernelgenError
+
+    compiled = kernelgen.compile(lambda x, y: x * y + 1.0, backend="triton")
+    x = torch.randn(10, device=DEVICE)
+    torch.testing.assert_close(compiled(x, x), x * x + 1.0)
+    with pytest.raises(KernelgenError, match="one device"):
+        compiled(x, torch.empty(10, device="meta"))
+
+
+@pytest.mark.skipif(HAS_GPU, reason="the CPU-tensor error of a GPU kernel, faked where there is no GPU")
+def test_a_gpu_kernel_refuses_cpu_tensors_naming_the_fix():
+    kernel = get_backend("triton").compile(axpy_source())
+    gpu_kernel = type(kernel)(kernel.source, kernel.fn, kernel.path, "cuda")
+    x = torch.randn(10)
+    with pytest.raises(InputMismatchError, match=r"on the CPU.*\.cuda\(\).*TRITON_INTERPRET=1"):
+        gpu_kernel(x, x, x)
+
+
+def test_tensor_device_is_where_kernels_run():
+    backend = get_backend("triton")
+    assert backend.tensor_device() == DEVICE
+    assert backend.compile(axpy_source()).device == DEVICE

@@ -84,3 +84,43 @@ def test_gpu_space_respects_shared_memory_and_threads():
         assert any("shared memory" in v for v in attention_triton.space(problem, Target.gpu("gfx942")).violations(big))
     finally:
         del os.environ["KERNELGEN_TRITON_AOT"]
+
+
+def _visible_keys_reference(q, k, v, causal):
+    """torch's reference attention (SDPBackend.MATH) where each query sees only its visible keys: a masked
+    key is absent (the math kernel adds -inf to a NaN score and gets NaN, eager's fused kernel skips it)."""
+    math = torch.ops.aten._scaled_dot_product_attention_math
+    if not causal:
+        return math(q, k, v)[0]
+    return torch.cat([math(q[:, :, i:i + 1], k[:, :, :i + 1], v[:, :, :i + 1])[0] for i in range(q.shape[2])], 2)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("config", [None, SMALL])
+def test_nan_and_inf_inputs_land_where_torch_puts_them(causal, config):
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 21, 16, generator=g) for _ in range(3))
+    q[0, 0, 1, 2] = float("nan")  # one query: its row is NaN
+    q[0, 1, 4] = -float("inf")  # scores of +-inf and NaN: NaN row
+    k[0, 1, 9, 0] = float("nan")  # key 9: causal queries before it never see it, the others are NaN
+    v[0, 0, 0, 1] = float("inf")  # column 1 of every query (all see key 0)
+    k[0, 0, 20] = -1e30  # a key every query scores ~-inf: weight 0, no NaN
+    q, k, v = q.to(DEVICE), k.to(DEVICE), v.to(DEVICE)
+    fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+    graph = kernelgen.trace(fn, q, k, v)
+    template, problem = match(graph)
+    target = get_backend("triton").target()
+    kernel = get_backend("triton").compile(template.render(problem, config or template.default_config(problem, target),
+                                                           target))
+    out = torch.full(graph.output_specs[0].shape, 123.0, device=DEVICE)
+    kernel(q, k, v, out)
+    torch.testing.assert_close(out, _visible_keys_reference(q, k, v, causal), atol=1e-5, rtol=1e-5, equal_nan=True)
+    # Eager's fused CPU kernel writes 0 (not NaN) for a query whose scores are all NaN or -inf, where torch's
+    # math reference and the definition give NaN: kernelgen keeps the NaN there and equals eager elsewhere.
+    eager = fn(q, k, v)
+    zeroed_by_eager = out.isnan().all(-1, keepdim=True) & ~eager.isnan().all(-1, keepdim=True)
+    torch.testing.assert_close(torch.where(zeroed_by_eager, eager, out), eager, atol=1e-5, rtol=1e-5, equal_nan=True)
+    if causal:
+        before = [0, 1, 2, 3, 5, 6, 7, 8]  # not the -inf query 4
+        assert not out[0, 1, before].isnan().any()  # the NaN key 9 is after these queries' diagonal
+    assert out[0, 1, 9:].isnan().all() and out[0, 0, 1].isnan().all()

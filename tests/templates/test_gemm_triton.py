@@ -38,8 +38,8 @@ def run(fn, *inputs, config=None):
     out = torch.full(spec.shape, float("nan"), device=DEVICE).to(getattr(torch, spec.dtype))
     kernel(*inputs, out)
     tol = TOL[out.dtype]
-    torch.testing.assert_close(out, evaluate(graph, inputs)[0], atol=tol, rtol=tol)
-    torch.testing.assert_close(out, fn(*inputs).to(out.dtype), atol=3 * tol, rtol=3 * tol)
+    torch.testing.assert_close(out, evaluate(graph, inputs)[0], atol=tol, rtol=tol, equal_nan=True)
+    torch.testing.assert_close(out, fn(*inputs).to(out.dtype), atol=3 * tol, rtol=3 * tol, equal_nan=True)
     return source
 
 
@@ -96,3 +96,21 @@ def test_gpu_space_respects_shared_memory_threads_and_registers():
             assert any("shared memory" in v for v in space.violations(big))
     finally:
         del os.environ["KERNELGEN_TRITON_AOT"]
+
+
+@pytest.mark.parametrize("config", [None, SMALL])
+def test_nan_and_inf_in_operands_propagate_like_eager(config):
+    # issue 15: a NaN in x of relu(x @ w + b) zeroed its row (relu dropped NaN); eager gives a NaN row
+    g = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(37, 40, generator=g), torch.randn(40, 21, generator=g), torch.randn(21, generator=g)
+    x[1, 3] = float("nan")
+    x[3, 0] = float("inf")  # +-inf across row 3, NaN where inf meets inf of the other sign
+    w[5, 2] = -float("inf")  # column 2: -inf, or NaN with x[3, 0]
+    b[4] = float("nan")
+    x, w, b = x.to(DEVICE), w.to(DEVICE), b.to(DEVICE)
+    fn = lambda x, w, b: torch.relu(x @ w + b)  # noqa: E731
+    run(fn, x, w, b, config=config)  # kernel vs the graph's reference and eager, NaN where they have it
+    assert fn(x, w, b)[1].isnan().all()
+    compiled = kernelgen.compile(fn, backend="triton")  # and through the dispatcher
+    torch.testing.assert_close(compiled(x, w, b), fn(x, w, b), atol=1e-4, rtol=1e-4, equal_nan=True)
+    assert compiled.explain(x, w, b)["implementation"] == "gemm"

@@ -141,3 +141,55 @@ def test_space_respects_gpu_thread_and_element_limits():
             _os.environ["KERNELGEN_TRITON_AOT"] = old
     # the interpreter space stays tiny: its timings mean nothing
     assert pointwise_triton.space(problem, get_backend("triton").target()).cardinality() <= 4 or DEVICE == "cuda"
+
+
+# -- issue 15: NaN / inf placement through kernelgen.compile --------------------------------------------------
+
+NAN, INF = float("nan"), float("inf")
+
+
+def compiled_like_eager(fn, *inputs):
+    compiled = kernelgen.compile(fn, backend="triton")
+    got = compiled(*inputs)
+    assert compiled.explain(*inputs)["implementation"] == "pointwise"
+    torch.testing.assert_close(got, fn(*inputs), equal_nan=True)
+    return got
+
+
+def test_relu_of_a_chain_keeps_nan():
+    x = torch.tensor([NAN, 1.0, -1.0, INF, -INF, -0.0], device=DEVICE)
+    y, z = torch.ones(6, device=DEVICE), torch.full((6,), 2.0, device=DEVICE)
+    assert compiled_like_eager(lambda x, y, z: torch.relu((x + y) * z), x, y, z)[0].isnan()
+
+
+def test_maximum_minimum_and_clamp_propagate_nan_from_either_side_and_from_the_bounds():
+    x = torch.tensor([NAN, 1.0, -1.0, 0.5, INF, -INF], device=DEVICE)
+    y = torch.tensor([0.0, NAN, 2.0, NAN, 0.0, 0.0], device=DEVICE)
+    compiled_like_eager(lambda x, y: (torch.maximum(x, y), torch.minimum(x, y)), x, y)
+    compiled_like_eager(lambda x, lo, hi: torch.clamp(x, lo, hi), x, y, y + 1.0)
+    compiled_like_eager(lambda x: torch.clamp(x, min=-0.5, max=0.5), x)
+    compiled_like_eager(lambda x: torch.clamp(x, min=NAN), x)
+    # the interpreter's maximum propagates NaN whatever it is told; a GPU's only when asked
+    graph = kernelgen.trace(lambda x, y: torch.clamp(torch.maximum(x, y), max=0.5), x, y)
+    template, problem = match(graph)
+    target = get_backend("triton").target()
+    text = template.render(problem, template.default_config(problem, target), target).text
+    extrema = [line for line in text.splitlines() if "tl.maximum(" in line or "tl.minimum(" in line]
+    assert len(extrema) == 2 and all("PropagateNan.ALL" in line for line in extrema)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_gelu_at_nan_and_the_infinities(approximate, dtype):
+    x = torch.tensor([NAN, INF, -INF, -0.0, 3.0, -30.0], device=DEVICE).to(dtype)
+    got = kernelgen.compile(lambda x: F.gelu(x, approximate=approximate), backend="triton")(x)
+    want = F.gelu(x.double(), approximate=approximate)
+    # eager's float64 (= its scalar path and CUDA): gelu(+inf) = +inf, gelu(-inf) = NaN (-inf * 0), NaN stays.
+    # Eager's vectorised float32/bfloat16 erf kernel gives NaN at +inf instead (one element gives +inf).
+    torch.testing.assert_close(got.double(), want, equal_nan=True, atol=1e-3, rtol=1e-2)
+    eager = F.gelu(x, approximate=approximate)
+    same = torch.ones(6, dtype=torch.bool)
+    if approximate == "none" and dtype in (torch.float32, torch.bfloat16):
+        same[1] = False  # +inf: kernelgen gives +inf with eager's float64, scalar and CUDA paths
+        assert got[1].item() == INF
+    assert torch.equal(got.isnan()[same], eager.isnan()[same])
