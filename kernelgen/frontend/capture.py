@@ -169,16 +169,23 @@ def propagate_meta(gm: Any, specs: Sequence[TensorSpec]) -> None:
         with FakeTensorMode(allow_non_fake_inputs=False):
             _Recorder(gm).run(*[make(s, "cpu") for s in specs])
 
-    errors = []
-    for attempt in (on_meta, on_fake):
+    try:
+        with torch.no_grad():
+            on_meta()
+        return
+    except NotImplementedError as exc:  # an op without a meta kernel: fake tensors may still know its shapes
+        error: Exception = exc
+    except Exception as exc:  # the shapes or dtypes do not fit the function (fake tensors would say the same)
+        error = exc
+    if isinstance(error, NotImplementedError):
         try:
             with torch.no_grad():
-                attempt()
+                on_fake()
             return
-        except Exception as exc:  # an op without a meta kernel, or shapes the function rejects
-            errors.append(f"{type(exc).__name__}: {exc}")
+        except Exception as exc:
+            error = exc
     raise ShapePropagationError(f"running the function on meta tensors {[s.to_json() for s in specs]} failed "
-                     f"({errors[-1]}); check that the shapes and dtypes fit the function")
+                                f"({type(error).__name__}: {error}); check that the shapes and dtypes fit the function")
 
 
 def _lower(gm: Any, specs: Sequence[TensorSpec]) -> tuple[Any, OutputPlan]:
