@@ -1,9 +1,10 @@
 """Runtime dispatch: ``compile(fn)`` returns a callable that runs the best known kernel for each input signature.
 
-Per new signature (shapes, strides, dtypes, device of the arguments) it traces ``fn``, finds the
-implementations of the graph, looks up the best tuning record (local database over the team one), builds
-that config or the implementation's default, and caches the launcher in memory. Later calls cost one
-dict lookup on a tuple key. A graph nothing implements runs eagerly (the reason is logged once).
+Per new signature (shapes, strides, dtypes, device and requires_grad of the tensors, values of Python
+constants) it traces ``fn`` (``kernelgen.frontend``), finds the implementations of the graph, looks up the
+best tuning record (local database over the team one), builds that config or the implementation's
+default, and caches the launcher in memory. Later calls of tensors only cost one dict lookup on a tuple
+key. A graph nothing implements, or that kernelgen fails on, runs eagerly (the reason is logged once).
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from kernelgen.errors import InputMismatchError, KernelgenError, ShapePropagationError, TraceError, UnsupportedOpError
+from kernelgen.errors import InputMismatchError, KernelgenError, ShapePropagationError, TraceError
 from kernelgen.frontend.outputs import fill_out
-from kernelgen.values import SUPPORTED_DTYPES, TensorSpec
+from kernelgen.values import SUPPORTED_DTYPES
 
 log = logging.getLogger("kernelgen")
 _DBS: dict[tuple, Any] = {}  # open databases by (url, team url): opening one costs ~30 ms
@@ -57,10 +58,11 @@ class _Entry:
 
     def _fresh(self, inputs: tuple) -> tuple:
         """Launch into freshly allocated outputs on the inputs' device."""
-        outs = tuple(_empty(shape, dtype=dtype, device=self.device) for shape, dtype in self.outputs)
-        for o, huge in zip(outs, self.huge):
-            if huge:
-                _advise_huge(o)
+        outs = tuple([_empty(shape, dtype=dtype, device=self.device) for shape, dtype in self.outputs])
+        if _HUGE_ADVICE:
+            for o, huge in zip(outs, self.huge):
+                if huge:
+                    _advise_huge(o)
         self.launch(*inputs, *outs)
         return outs
 
@@ -162,7 +164,7 @@ def _is_constant(value: Any) -> bool:
     if value is None or value is Ellipsis or isinstance(value, (bool, int, float, complex, str, bytes, torch.dtype,
                                                                 torch.device, torch.memory_format, torch.layout)):
         return True
-    return type(value) is tuple and all(_is_constant(v) for v in value)
+    return isinstance(value, tuple) and all(_is_constant(v) for v in value)  # torch.Size, namedtuples too
 
 
 def _value_key(i: int, value: Any) -> tuple:
@@ -207,7 +209,7 @@ class CompiledFunction:
         self._lock = threading.Lock()
         self._logged: set[str] = set()
         self.__name__ = self.__qualname__ = self.callee.name
-        self.__doc__ = getattr(fn, "__doc__", None) if not isinstance(fn, type(self)) else fn.__doc__
+        self.__doc__ = getattr(fn, "__doc__", None)
         self.__wrapped__ = fn
         module = getattr(fn, "__module__", None)
         if isinstance(module, str):
@@ -264,8 +266,10 @@ class CompiledFunction:
 
     @staticmethod
     def _key(values: tuple, layout: Any, full: tuple) -> tuple:
-        if layout is None and len(full) == len(values) and all(isinstance(v, _Tensor) for v in values):
-            return _signature_key(values)  # the hot path's key for the same call
+        # All tensors, positional: the hot path's flat key (a module's state count is fixed, so the length
+        # of ``full`` still tells how many of them are arguments).
+        if layout is None and all(isinstance(v, _Tensor) for v in full):
+            return (_KEYS[len(full)] if len(full) < 5 else _signature_key)(full)
         return (layout, len(values), *[_value_key(i, v) for i, v in enumerate(full)])
 
     def _run(self, entry: "_Entry", values: tuple, full: tuple, layout: Any, out: Any) -> Any:
@@ -278,13 +282,18 @@ class CompiledFunction:
                                          "requires grad); call without out= or under torch.no_grad()")
             from kernelgen.frontend import autograd
 
-            return entry.plan.build(autograd.apply(entry.run, entry.replay, inputs), inputs)
-        if out is not None and entry.flat:
+            outs = autograd.apply(entry.run, entry.replay, inputs)
+        elif out is None:
+            outs = entry.run(inputs)
+        elif entry.flat:
             outs = self._check_out(entry, out)
             entry.launch(*inputs, *outs)
-            return out if entry.plan.is_single else outs
-        result = entry.plan.build(entry.run(inputs), inputs)
-        return result if out is None else fill_out(result, out, self.__name__)
+            return out if entry.single else outs
+        else:
+            return fill_out(entry.plan.build(entry.run(inputs), inputs), out, self.__name__)
+        if entry.flat:  # skip pytree for the common layouts
+            return outs[0] if entry.single else outs
+        return entry.plan.build(outs, inputs)
 
     def _run_eager(self, entry: "_Entry", values: tuple, layout: Any, out: Any) -> Any:
         if not entry.check:
@@ -360,7 +369,7 @@ class CompiledFunction:
         except ShapePropagationError as exc:
             log.debug("%s: %s", self.__name__, exc)
             return self._eager(str(exc), check=True)
-        except (TraceError, UnsupportedOpError) as exc:
+        except TraceError as exc:  # UnsupportedOpError included
             return self._eager(str(exc))
         graph = cap.graph
         if not graph.outputs:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kernelgen.errors import InputMismatchError, KernelgenError
@@ -28,7 +28,6 @@ class Callee:
     module: Any = None
     state: tuple[tuple[Any, str, str], ...] = ()
     state_names: tuple[str, ...] = ()
-    kwnames: tuple[str, ...] = field(default=())
 
     def read_state(self) -> tuple:
         """The module's parameters and buffers now (cheap: one dict lookup each)."""
@@ -37,6 +36,8 @@ class Callee:
     def bind(self, args: tuple, kwargs: dict) -> tuple[tuple, tuple[int, tuple[str, ...]] | None]:
         """``(values, layout)``: the arguments with defaults applied, positional ones first, then keyword
         ones; ``layout`` is ``(number of positional values, keyword names)`` or None for a plain call."""
+        if not kwargs and len(args) == self.arity:
+            return args, None  # nothing to bind: skip inspect's ~5 µs
         if self.signature is None:
             if kwargs:
                 return args + tuple(kwargs.values()), (len(args), tuple(kwargs))
