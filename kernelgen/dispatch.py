@@ -17,6 +17,7 @@ from typing import Any
 
 from kernelgen.errors import InputMismatchError, KernelgenError, ShapePropagationError, TraceError
 from kernelgen.frontend.outputs import fill_out
+from kernelgen.frontend.signature import KEYS, NotAConstant, describe_values, signature_key, value_key
 from kernelgen.values import SUPPORTED_DTYPES
 
 log = logging.getLogger("kernelgen")
@@ -118,70 +119,6 @@ def _advise_huge(tensor: Any) -> None:
         _HUGE_ADVICE(lo, hi - lo, 14)  # MADV_HUGEPAGE; failure only means small pages
 
 
-def _signature_key(args: tuple) -> tuple:
-    """Everything a kernel is specialised on, cheaply: dtype, shape, strides, device and requires_grad per
-    tensor, in one flat tuple. Calls with one to four tensors use the unrolled twins below, which skip the
-    loop and the per-tensor tuples (about 1 µs of a 5 µs dispatch budget with three tensors)."""
-    return tuple([v for a in args for v in (a.dtype, a.shape, a.stride(), a.device, a.requires_grad)])
-
-
-def _key1(args: tuple) -> tuple:
-    (a,) = args
-    return (a.dtype, a.shape, a.stride(), a.device, a.requires_grad)
-
-
-def _key2(args: tuple) -> tuple:
-    a, b = args
-    return (a.dtype, a.shape, a.stride(), a.device, a.requires_grad,
-            b.dtype, b.shape, b.stride(), b.device, b.requires_grad)
-
-
-def _key3(args: tuple) -> tuple:
-    a, b, c = args
-    return (a.dtype, a.shape, a.stride(), a.device, a.requires_grad,
-            b.dtype, b.shape, b.stride(), b.device, b.requires_grad,
-            c.dtype, c.shape, c.stride(), c.device, c.requires_grad)
-
-
-def _key4(args: tuple) -> tuple:
-    a, b, c, d = args
-    return (a.dtype, a.shape, a.stride(), a.device, a.requires_grad,
-            b.dtype, b.shape, b.stride(), b.device, b.requires_grad,
-            c.dtype, c.shape, c.stride(), c.device, c.requires_grad,
-            d.dtype, d.shape, d.stride(), d.device, d.requires_grad)
-
-
-_KEYS = (_signature_key, _key1, _key2, _key3, _key4)
-
-
-class _NotAConstant(Exception):
-    """An argument that is neither a tensor nor an immutable constant (it cannot be part of a cache key)."""
-
-
-def _is_constant(value: Any) -> bool:
-    import torch
-
-    if value is None or value is Ellipsis or isinstance(value, (bool, int, float, complex, str, bytes, torch.dtype,
-                                                                torch.device, torch.memory_format, torch.layout)):
-        return True
-    return isinstance(value, tuple) and all(_is_constant(v) for v in value)  # torch.Size, namedtuples too
-
-
-def _value_key(i: int, value: Any) -> tuple:
-    """Cache-key part of one call value: a tensor's layout, or a constant's type and value (a trace bakes
-    constants in, so a new value is a new signature)."""
-    if isinstance(value, _Tensor):
-        return (value.dtype, value.shape, value.stride(), value.device, value.requires_grad)
-    if not _is_constant(value):
-        raise _NotAConstant(f"argument {i} is a {type(value).__name__}, neither a tensor nor an immutable constant")
-    return (type(value), value if value == value else "nan")  # NaN != NaN would miss the cache every call
-
-
-def _describe_values(values: tuple) -> str:
-    return ", ".join(str(v.dtype).removeprefix("torch.") + str(list(v.shape)) if isinstance(v, _Tensor)
-                     else repr(v)[:40] for v in values)
-
-
 class CompiledFunction:
     """``fn`` compiled by kernelgen: call it like ``fn``, optionally with ``out=`` (a tensor or a tuple).
 
@@ -220,7 +157,7 @@ class CompiledFunction:
         if kwargs or len(args) != self._arity:
             return self._call_general(args, kwargs, out)
         try:
-            key = (_KEYS[len(args)] if len(args) < 5 else _signature_key)(args)
+            key = (KEYS[len(args)] if len(args) < 5 else signature_key)(args)
             entry = self._cache[key]
         except KeyError:
             entry = self._prepare(args, None, key, len(args))
@@ -255,7 +192,7 @@ class CompiledFunction:
         full = values + self.callee.read_state() if self.callee.state else values
         try:
             key = self._key(values, layout, full)
-        except _NotAConstant as exc:
+        except NotAConstant as exc:
             self._log_once(f"{exc}; such calls run eagerly")
             result = self.callee.call(values, layout)
             return result if out is None else fill_out(result, out, self.__name__)
@@ -269,8 +206,8 @@ class CompiledFunction:
         # All tensors, positional: the hot path's flat key (a module's state count is fixed, so the length
         # of ``full`` still tells how many of them are arguments).
         if layout is None and all(isinstance(v, _Tensor) for v in full):
-            return (_KEYS[len(full)] if len(full) < 5 else _signature_key)(full)
-        return (layout, len(values), *[_value_key(i, v) for i, v in enumerate(full)])
+            return (KEYS[len(full)] if len(full) < 5 else signature_key)(full)
+        return (layout, len(values), *[value_key(i, v) for i, v in enumerate(full)])
 
     def _run(self, entry: "_Entry", values: tuple, full: tuple, layout: Any, out: Any) -> Any:
         if entry.eager:
@@ -304,7 +241,7 @@ class CompiledFunction:
             except Exception as exc:
                 with self._lock:
                     self._cache = {k: e for k, e in self._cache.items() if e is not entry}
-                raise InputMismatchError(f"{self.__name__} cannot run on inputs ({_describe_values(values)}): "
+                raise InputMismatchError(f"{self.__name__} cannot run on inputs ({describe_values(values)}): "
                                          f"{type(exc).__name__}: {exc}") from exc
             entry.check = False
         return result if out is None else fill_out(result, out, self.__name__)
@@ -463,7 +400,7 @@ class CompiledFunction:
         full = values + self.callee.read_state() if self.callee.state else values
         try:
             key = self._key(values, layout, full)
-        except _NotAConstant:
+        except NotAConstant:
             return {"implementation": "eager", "config": None, "source": "eager"}
         entry = self._cache.get(key) or self._prepare(full, layout, key, len(values))
         return {"implementation": entry.impl or "eager", "config": None if entry.config is None else dict(entry.config),
