@@ -9,6 +9,7 @@ uninitialised) data here: when neither works, ``TraceError`` sends the call to e
 from __future__ import annotations
 
 import inspect
+import operator
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,8 +33,25 @@ class Capture:
     replay: Any
 
 
+_INPLACE_OPERATORS = ("iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "iand", "ior", "ixor",
+                      "ilshift", "irshift", "imatmul")
+
+
 def _tracer_class() -> type:
     import torch.fx
+
+    class _Proxy(torch.fx.Proxy):
+        """fx's Proxy has no ``__iadd__``, so ``x += y`` would silently trace as ``x = x + y`` and lose eager's
+        write into ``x``; these record the in-place operator so the mutation check can see it."""
+
+        def __setitem__(self, index: Any, value: Any) -> None:
+            self.tracer.create_proxy("call_function", operator.setitem, (self, index, value), {})
+
+    for name in _INPLACE_OPERATORS:
+        def inplace(self: Any, other: Any, op: Any = getattr(operator, name)) -> Any:
+            return self.tracer.create_proxy("call_function", op, (self, other), {})
+
+        setattr(_Proxy, f"__{name}__", inplace)
 
     class _Tracer(torch.fx.Tracer):
         """Inlines every submodule (its parameters become ``get_attr`` nodes) and lets the caller make the
@@ -45,6 +63,9 @@ def _tracer_class() -> type:
             super().__init__()
             self._call = call
             self._autowrap_search.extend(autowrap)  # math.* on traced sizes inside the user's module
+
+        def proxy(self, node: Any) -> Any:
+            return _Proxy(node, self)
 
         def is_leaf_module(self, m: Any, module_qualified_name: str) -> bool:
             return False
@@ -85,6 +106,7 @@ def capture(callee: Callee, values: Sequence[Any], layout: Any = None, state: Se
                          "data-dependent control flow from the function") from exc
     picks = [i for i, v in enumerate(values) if is_input(v)]
     _state_to_placeholders(fx_graph, tracer.root, callee, state, len(values), picks)
+    refuse_observable_mutation(fx_graph, callee.name)
     gm = torch.fx.GraphModule(tracer.root, fx_graph)
     full = list(values) + list(state)
     specs = [v if isinstance(v, TensorSpec) else TensorSpec.of(v) for v in (full[i] for i in picks)]
@@ -141,6 +163,45 @@ def _state_to_placeholders(fx_graph: Any, root: Any, callee: Callee, state: Sequ
             picks.append(offset + slot)
         node.replace_all_uses_with(made[slot])
         fx_graph.erase_node(node)
+
+
+# Ops whose result may share memory with their (first) tensor argument.
+_ALIASING = frozenset({
+    "view", "view_as", "reshape", "reshape_as", "t", "T", "mT", "H", "mH", "transpose", "swapaxes", "swapdims",
+    "permute", "movedim", "squeeze", "unsqueeze", "expand", "expand_as", "flatten", "unflatten", "narrow", "select",
+    "getitem", "getattr", "contiguous", "detach", "as_strided", "unbind", "split", "chunk", "tensor_split",
+    "diagonal", "real", "imag", "to", "type", "type_as", "float", "double", "half", "bfloat16", "int", "long",
+    "bool", "cpu", "cuda", "data", "unfold", "view_as_real", "view_as_complex", "alias", "broadcast_to",
+})
+
+
+def _op_name(node: Any) -> str:
+    return str(node.target) if node.op == "call_method" else getattr(node.target, "__name__", str(node.target))
+
+
+def refuse_observable_mutation(fx_graph: Any, name: str) -> None:
+    """A kernel writes fresh outputs only, so an in-place op is allowed only where eager's mutation cannot be
+    seen: on a fresh intermediate that nothing else reads (``nn.ReLU(inplace=True)`` after a linear). An
+    in-place write to an input, to a view of one, or to a value read elsewhere raises ``UnsupportedOpError``
+    (the call runs eagerly, so the mutation happens as in eager)."""
+    import torch.fx
+
+    may_alias_input = {n for n in fx_graph.nodes if n.op == "placeholder"}
+    for node in fx_graph.nodes:
+        if node.op not in ("call_function", "call_method"):
+            continue
+        op = _op_name(node)
+        mutates = (op.endswith("_") and not op.endswith("__")) or op in _INPLACE_OPERATORS or op == "setitem" \
+            or node.kwargs.get("inplace") is True or "out" in node.kwargs
+        if mutates:
+            target = node.args[0] if node.args else None
+            if not isinstance(target, torch.fx.Node) or target in may_alias_input or len(target.users) > 1:
+                raise UnsupportedOpError(f"{name} writes in place at `{node.format_node()}`, a change eager makes "
+                                         "visible to the caller; such functions run eagerly")
+            if op in _INPLACE_OPERATORS:  # unseen write to a fresh value: the out-of-place op is exact
+                node.target = getattr(operator, op[1:])
+        elif op in _ALIASING and any(a in may_alias_input for a in node.all_input_nodes):
+            may_alias_input.add(node)
 
 
 def propagate_meta(gm: Any, specs: Sequence[TensorSpec]) -> None:

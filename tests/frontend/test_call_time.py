@@ -197,3 +197,58 @@ def test_hostile_inputs_raise_only_what_eager_raises_or_a_kernelgen_error(fn):
         if _values_checked_here(args):
             assert eager_error is None, (fn.__name__, args, "kernelgen succeeded where eager raised", eager_error)
             _same_result(got, want)
+
+
+def relu_in_place(x):
+    return F.relu(x, inplace=True) * 2
+
+
+def exp_of_view_in_place(x):
+    x.t().exp_()
+    return x + 1
+
+
+def in_place_on_a_value_read_later(x):
+    y = x * 2
+    z = y + 1
+    y.relu_()
+    return z, y
+
+
+def add_in_place(x, y):
+    x += y
+    return x * 2
+
+
+@pytest.mark.parametrize("fn,n", [(relu_in_place, 1), (exp_of_view_in_place, 1), (in_place_on_a_value_read_later, 1),
+                                  (add_in_place, 2)], ids=lambda v: getattr(v, "__name__", None))
+def test_in_place_writes_are_seen_as_in_eager(fn, n):
+    g = torch.Generator().manual_seed(0)
+    ours = [torch.randn(4, 4, generator=g) for _ in range(n)]
+    theirs = [t.clone() for t in ours]
+    got, want = compile(fn, backend="cpp")(*ours), fn(*theirs)
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b)  # the same mutation of the caller's tensors
+    for g_, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        torch.testing.assert_close(g_, w)
+
+
+def test_in_place_on_a_fresh_value_still_runs_the_kernel():
+    block = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(inplace=True))
+    x = torch.randn(3, 8)
+    f = compile(block, backend="cpp")
+    with torch.no_grad():
+        torch.testing.assert_close(f(x), block(x))
+    assert f.explain(x)["implementation"] == "gemm"
+
+
+def test_augmented_assignment_on_a_fresh_value_still_runs_the_kernel():
+    def bias_then_scale(x, b):
+        h = x * 2
+        h += b
+        return h
+
+    x, b = torch.randn(4, 8), torch.randn(8)
+    f = compile(bias_then_scale, backend="cpp")
+    torch.testing.assert_close(f(x, b), bias_then_scale(x, b))
+    assert f.explain(x, b)["implementation"] == "pointwise"
