@@ -252,3 +252,13 @@ def test_augmented_assignment_on_a_fresh_value_still_runs_the_kernel():
     f = compile(bias_then_scale, backend="cpp")
     torch.testing.assert_close(f(x, b), bias_then_scale(x, b))
     assert f.explain(x, b)["implementation"] == "pointwise"
+
+
+def test_outputs_are_allocated_on_the_inputs_device_whatever_the_default_device():
+    f = compile(add, backend="cpp")
+    x = torch.randn(4, 8)
+    f(x, x)  # built on the default device
+    with torch.device("meta"):  # a default device other than the inputs' must not receive the outputs
+        got = f(x, x)
+    assert got.device == x.device
+    torch.testing.assert_close(got, x + x)
