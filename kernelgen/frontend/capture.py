@@ -227,7 +227,7 @@ def propagate_meta(gm: Any, specs: Sequence[TensorSpec]) -> None:
     def on_fake() -> None:
         from torch._subclasses.fake_tensor import FakeTensorMode
 
-        with FakeTensorMode(allow_non_fake_inputs=False):
+        with FakeTensorMode(allow_fallback_kernels=False):  # no real kernel on stand-in data
             _Recorder(gm).run(*[make(s, "cpu") for s in specs])
 
     try:
