@@ -8,6 +8,7 @@ uninitialised) data here: when neither works, ``TraceError`` sends the call to e
 
 from __future__ import annotations
 
+import functools
 import inspect
 import operator
 import sys
@@ -37,6 +38,7 @@ _INPLACE_OPERATORS = ("iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "
                       "ilshift", "irshift", "imatmul")
 
 
+@functools.cache
 def _tracer_class() -> type:
     import torch.fx
 
@@ -121,15 +123,20 @@ def _module_of(fn: Any) -> Any:
     return sys.modules.get(getattr(_innermost(fn), "__module__", None) or "")
 
 
-def _holder(module: Any) -> Any:
-    """A root module for tracing a non-function: it owns the user's module, so its parameters are found."""
+@functools.cache
+def _holder_class() -> type:
     import torch
 
     class _Holder(torch.nn.Module):
         def forward(self, *args: Any) -> Any:  # never run: the tracer calls the callee directly
             raise AssertionError("kernelgen's tracing root is not callable")
 
-    holder = _Holder()
+    return _Holder
+
+
+def _holder(module: Any) -> Any:
+    """A root module for tracing a non-function: it owns the user's module, so its parameters are found."""
+    holder = _holder_class()()
     if module is not None:
         holder.module = module
     return holder
