@@ -33,7 +33,7 @@ class _Entry:
     """
 
     __slots__ = ("launch", "outputs", "single", "flat", "slow", "eager", "check", "grad", "plan", "picks",
-                 "device", "replay", "run", "impl", "config", "source", "huge")
+                 "device", "cpu", "replay", "run", "impl", "config", "source", "huge")
 
     def __init__(self, launch: Callable[..., None] | None = None, outputs: tuple = (), *, eager: bool = False,
                  check: bool = False, plan: Any = None, picks: tuple | None = None, device: Any = None,
@@ -46,6 +46,7 @@ class _Entry:
         self.plan = plan
         self.picks = picks  # graph inputs as indices into the call values + module state; None: all, in order
         self.device = device  # outputs are allocated here: the inputs' device
+        self.cpu = device is not None and device.type == "cpu"  # the hot path's cheap out= device check
         self.grad = grad  # some input requires grad: autograd when grad mode is on
         self.replay = replay
         self.flat = plan is not None and (plan.is_single or plan.is_flat_tuple)
@@ -139,8 +140,8 @@ class CompiledFunction:
         self.backend_name = backend
         self.tune = bool(tune)
         self.db_arg, self.team_db, self.trials, self.seconds = db, team_db, trials, seconds
-        # A module's state joins every call, so its calls take the general path (arity -1 never matches).
-        self._arity = -1 if self.callee.state else self.callee.arity
+        # A module's state joins every call, so its calls always take the general path.
+        self._general = bool(self.callee.state)
         _lazy_torch()
         self._cache: dict[tuple, _Entry] = {}
         self._lock = threading.Lock()
@@ -154,12 +155,14 @@ class CompiledFunction:
 
     # -- hot path ---------------------------------------------------------------------------------------
     def __call__(self, *args: Any, out: Any = None, **kwargs: Any) -> Any:
-        if kwargs or len(args) != self._arity:
+        if kwargs or self._general:
             return self._call_general(args, kwargs, out)
         try:
             key = (KEYS[len(args)] if len(args) < 5 else signature_key)(args)
             entry = self._cache[key]
         except KeyError:
+            if len(args) != self.callee.arity and self.callee.arity is not None:
+                self.callee.bind(args, kwargs)  # a wrong count raises here; Python fills defaults itself
             entry = self._prepare(args, None, key, len(args))
         except AttributeError:  # not all tensors: Python scalars are constants of the signature
             return self._call_general(args, kwargs, out)
@@ -171,8 +174,8 @@ class CompiledFunction:
                 out = _empty(shape, dtype=dtype, device=entry.device)
                 if entry.huge[0]:
                     _advise_huge(out)
-            elif out.__class__ is not _Tensor or out.shape != shape or out.dtype != dtype \
-                    or not out.is_contiguous() or out.device != entry.device:
+            elif out.__class__ is not _Tensor or out.shape != shape or out.dtype != dtype or not out.is_contiguous() \
+                    or (not out.is_cpu if entry.cpu else out.device != entry.device):
                 self._check_out(entry, out)  # raises with the reason
             entry.launch(*args, out)
             return out

@@ -24,7 +24,7 @@ class Callee:
     fn: Callable[..., Any]
     name: str
     signature: inspect.Signature | None
-    arity: int | None  # positional parameters when a plain positional call binds them all, else None
+    arity: int | None  # positional parameters (defaults included) when no binding is ever needed, else None
     module: Any = None
     state: tuple[tuple[Any, str, str], ...] = ()
     state_names: tuple[str, ...] = ()
