@@ -67,7 +67,8 @@ def value_key(i: int, value: Any) -> tuple:
         return (value.dtype, value.shape, value.stride(), value.device, value.requires_grad)
     if not is_constant(value):
         raise NotAConstant(f"argument {i} is a {type(value).__name__}, neither a tensor nor an immutable constant")
-    return (type(value), value if value == value else "nan")  # NaN != NaN would miss the cache every call
+    # repr tells -0.0 from 0.0 (equal, but x * -0.0 and x * 0.0 differ) and makes NaN equal to itself.
+    return (type(value), repr(value) if isinstance(value, (float, complex, tuple)) else value)
 
 
 def describe_values(values: tuple) -> str:

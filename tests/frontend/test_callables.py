@@ -100,10 +100,10 @@ def test_python_scalars_are_part_of_the_signature():
         return x * k
 
     f = compile(mul, backend="cpp")
-    for k in (2.0, 3.0, 2, float("nan"), float("nan")):
+    for k in (2.0, 3.0, 2, float("nan"), float("nan"), 0.0, -0.0):
         torch.testing.assert_close(f(X, k), mul(X, k), equal_nan=True)
         assert f(X, k).dtype == mul(X, k).dtype
-    assert len(f._cache) == 4  # 2.0, 3.0, 2 and one entry for NaN
+    assert len(f._cache) == 6  # 2.0, 3.0, 2, 0.0, -0.0 (x * -0.0 is not x * 0.0) and one entry for NaN
 
 
 def test_out_and_explain_work_for_modules():
