@@ -86,7 +86,7 @@ def fill_out(result: Any, out: Any, name: str) -> Any:
         if o is not r:
             o.copy_(r)
         leaves[i] = o
-    return out if spec.is_leaf() else tree_unflatten(leaves, spec)
+    return tree_unflatten(leaves, spec)
 
 
 __all__ = ["ARG", "CONST", "COPY", "OUT", "OutputPlan", "fill_out", "plain"]
