@@ -140,8 +140,8 @@ class CompiledFunction:
         self.backend_name = backend
         self.tune = bool(tune)
         self.db_arg, self.team_db, self.trials, self.seconds = db, team_db, trials, seconds
-        # A module's state joins every call, so its calls always take the general path.
-        self._general = bool(self.callee.state)
+        # A module's state and train/eval mode join every call, so its calls always take the general path.
+        self._general = self.callee.module is not None
         _lazy_torch()
         self._cache: dict[tuple, _Entry] = {}
         self._lock = threading.Lock()
@@ -204,13 +204,16 @@ class CompiledFunction:
             entry = self._prepare(full, layout, key, len(values))
         return self._run(entry, values, full, layout, out)
 
-    @staticmethod
-    def _key(values: tuple, layout: Any, full: tuple) -> tuple:
+    def _key(self, values: tuple, layout: Any, full: tuple) -> tuple:
         # All tensors, positional: the hot path's flat key (a module's state count is fixed, so the length
         # of ``full`` still tells how many of them are arguments).
         if layout is None and all(isinstance(v, _Tensor) for v in full):
-            return (KEYS[len(full)] if len(full) < 5 else signature_key)(full)
-        return (layout, len(values), *[value_key(i, v) for i, v in enumerate(full)])
+            key = (KEYS[len(full)] if len(full) < 5 else signature_key)(full)
+        else:
+            key = (layout, len(values), *[value_key(i, v) for i, v in enumerate(full)])
+        if self._general:  # a trace bakes ``if self.training:`` in: train and eval are two signatures
+            return (key, self.callee.modes())
+        return key
 
     def _run(self, entry: "_Entry", values: tuple, full: tuple, layout: Any, out: Any) -> Any:
         if entry.eager:

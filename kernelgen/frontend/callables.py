@@ -2,7 +2,9 @@
 ``functools.partial`` objects and callable objects. Anything else is refused with a ``KernelgenError``.
 
 A module's parameters and buffers are graph inputs read at call time (``Callee.read_state``), so an
-optimizer step or any in-place update is seen by the next call, and a replaced parameter too.
+optimizer step or any in-place update is seen by the next call, and a replaced parameter too. Its
+train/eval mode is part of the signature; other Python attributes (``self.eps``) are read when a signature
+is first traced, like any constant.
 """
 
 from __future__ import annotations
@@ -28,6 +30,11 @@ class Callee:
     module: Any = None
     state: tuple[tuple[Any, str, str], ...] = ()
     state_names: tuple[str, ...] = ()
+    submodules: tuple = ()
+
+    def modes(self) -> tuple:
+        """The ``training`` flag of the module and each submodule now."""
+        return tuple([m.training for m in self.submodules])
 
     def read_state(self) -> tuple:
         """The module's parameters and buffers now (cheap: one dict lookup each)."""
@@ -89,6 +96,7 @@ def describe(fn: Any) -> Callee:
     callee = Callee(fn, _name(fn), signature, _arity(signature), module)
     if module is not None:
         callee.state, callee.state_names = _state_slots(module)
+        callee.submodules = tuple(module.modules())
     return callee
 
 

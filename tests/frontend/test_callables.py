@@ -142,3 +142,19 @@ def test_wrong_arguments_name_the_signature():
 def test_trace_accepts_modules_with_state_as_inputs():
     graph = kernelgen.trace(Block(), X)
     assert [list(s.shape) for s in graph.signature] == [[5, 16], [8, 16], [8], [8]]
+
+
+class ModeDependent(torch.nn.Module):
+    def forward(self, x):
+        return x * 2 if self.training else x + 1
+
+
+def test_train_and_eval_are_separate_signatures():
+    m = ModeDependent()
+    f = compile(m, backend="cpp")
+    torch.testing.assert_close(f(X), X * 2)
+    m.eval()
+    torch.testing.assert_close(f(X), X + 1)
+    m.train()
+    torch.testing.assert_close(f(X), X * 2)
+    assert f.explain(X)["implementation"] == "pointwise"
