@@ -1,23 +1,24 @@
 """Runtime dispatch: ``compile(fn)`` returns a callable that runs the best known kernel for each input signature.
 
-Per new signature (shapes, strides, dtypes, device of the arguments) it traces ``fn``, finds the
-implementations of the graph, looks up the best tuning record (local database over the team one), builds
-that config or the implementation's default, and caches the launcher in memory. Later calls cost one
-dict lookup on a tuple key. A graph nothing implements runs eagerly (the reason is logged once).
+Per new signature (shapes, strides, dtypes, device and requires_grad of the tensors, values of Python
+constants) it traces ``fn`` (``kernelgen.frontend``), finds the implementations of the graph, looks up the
+best tuning record (local database over the team one), builds that config or the implementation's
+default, and caches the launcher in memory. Later calls of tensors only cost one dict lookup on a tuple
+key. A graph nothing implements, or that kernelgen fails on, runs eagerly (the reason is logged once).
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
 import logging
 import os
 import threading
 from collections.abc import Callable
 from typing import Any
 
-from kernelgen.errors import InputMismatchError, KernelgenError, TraceError, UnsupportedOpError
-from kernelgen.values import SUPPORTED_DTYPES, TensorSpec
+from kernelgen.errors import InputMismatchError, KernelgenError, ShapePropagationError, TraceError
+from kernelgen.frontend.outputs import fill_out
+from kernelgen.frontend.signature import KEYS, NotAConstant, describe_values, signature_key, value_key
+from kernelgen.values import SUPPORTED_DTYPES
 
 log = logging.getLogger("kernelgen")
 _DBS: dict[tuple, Any] = {}  # open databases by (url, team url): opening one costs ~30 ms
@@ -25,31 +26,59 @@ _DB_LOCK = threading.Lock()
 
 
 class _Entry:
-    """What one input signature runs: a launcher and its output layout, or the eager function."""
+    """What one call signature runs: a launcher, its outputs and the result's layout, or eager.
 
-    __slots__ = ("launch", "outputs", "single", "eager", "impl", "config", "source", "huge")
+    ``single`` / ``flat`` (the result is one kernel output, or a tuple of them) with no input picking
+    and no autograd run on the hot path; every other entry has ``slow`` set and goes through ``_run``.
+    """
 
-    def __init__(self, launch: Callable[..., None] | None, outputs: tuple, single: bool, eager: bool = False,
-                 impl: str = "", config: Any = None, source: str = "") -> None:
+    __slots__ = ("launch", "outputs", "single", "flat", "slow", "eager", "check", "grad", "plan", "picks",
+                 "device", "cpu", "replay", "run", "impl", "config", "source", "huge")
+
+    def __init__(self, launch: Callable[..., None] | None = None, outputs: tuple = (), *, eager: bool = False,
+                 check: bool = False, plan: Any = None, picks: tuple | None = None, device: Any = None,
+                 grad: bool = False, replay: Any = None, impl: str = "", config: Any = None,
+                 source: str = "eager") -> None:
         self.launch = launch
-        self.outputs = outputs  # ((shape, torch dtype), ...) of each output
-        self.single = single
+        self.outputs = outputs  # ((shape, torch dtype), ...) of each kernel output
         self.eager = eager
+        self.check = check  # eager because meta shapes failed: an eager failure means bad inputs
+        self.plan = plan
+        self.picks = picks  # graph inputs as indices into the call values + module state; None: all, in order
+        self.device = device  # outputs are allocated here: the inputs' device
+        self.cpu = device is not None and device.type == "cpu"  # the hot path's cheap out= device check
+        self.grad = grad  # some input requires grad: autograd when grad mode is on
+        self.replay = replay
+        self.flat = plan is not None and (plan.is_single or plan.is_flat_tuple)
+        self.single = self.flat and plan.is_single
+        self.slow = eager or grad or picks is not None or not self.flat
         self.impl = impl
         self.config = config
         self.source = source  # "db", "tuned", "default" or "eager"
         self.huge = [False] * len(outputs)  # outputs big enough to ask for transparent huge pages
+        self.run = self._fresh
+
+    def _fresh(self, inputs: tuple) -> tuple:
+        """Launch into freshly allocated outputs on the inputs' device."""
+        outs = tuple([_empty(shape, dtype=dtype, device=self.device) for shape, dtype in self.outputs])
+        if _HUGE_ADVICE:
+            for o, huge in zip(outs, self.huge):
+                if huge:
+                    _advise_huge(o)
+        self.launch(*inputs, *outs)
+        return outs
 
 
 def _lazy_torch() -> None:
-    global _empty, _Tensor
+    global _empty, _Tensor, _grad_enabled
     import torch
 
-    _empty, _Tensor = torch.empty, torch.Tensor
+    _empty, _Tensor, _grad_enabled = torch.empty, torch.Tensor, torch.is_grad_enabled
 
 
 _empty: Any = None
 _Tensor: Any = None
+_grad_enabled: Any = None
 
 
 _HUGE_PAGE = 1 << 21
@@ -91,85 +120,67 @@ def _advise_huge(tensor: Any) -> None:
         _HUGE_ADVICE(lo, hi - lo, 14)  # MADV_HUGEPAGE; failure only means small pages
 
 
-def _signature_key(args: tuple) -> tuple:
-    """Everything a kernel is specialised on, cheaply: dtype, shape, strides and device class per tensor,
-    in one flat tuple. Calls with one to four tensors use the unrolled twins below, which skip the loop
-    and the per-tensor tuples (about 1 µs of a 5 µs dispatch budget with three tensors)."""
-    return tuple([v for a in args for v in (a.dtype, a.shape, a.stride(), a.is_cpu)])
-
-
-def _key1(args: tuple) -> tuple:
-    (a,) = args
-    return (a.dtype, a.shape, a.stride(), a.is_cpu)
-
-
-def _key2(args: tuple) -> tuple:
-    a, b = args
-    return (a.dtype, a.shape, a.stride(), a.is_cpu, b.dtype, b.shape, b.stride(), b.is_cpu)
-
-
-def _key3(args: tuple) -> tuple:
-    a, b, c = args
-    return (a.dtype, a.shape, a.stride(), a.is_cpu, b.dtype, b.shape, b.stride(), b.is_cpu,
-            c.dtype, c.shape, c.stride(), c.is_cpu)
-
-
-def _key4(args: tuple) -> tuple:
-    a, b, c, d = args
-    return (a.dtype, a.shape, a.stride(), a.is_cpu, b.dtype, b.shape, b.stride(), b.is_cpu,
-            c.dtype, c.shape, c.stride(), c.is_cpu, d.dtype, d.shape, d.stride(), d.is_cpu)
-
-
-_KEYS = (_signature_key, _key1, _key2, _key3, _key4)
-
-
 class CompiledFunction:
     """``fn`` compiled by kernelgen: call it like ``fn``, optionally with ``out=`` (a tensor or a tuple).
 
-    Thread-safe: the per-signature cache is filled under a lock; the hot path only reads it.
+    ``fn`` is a function, an ``nn.Module`` (its parameters and buffers are read at each call), a bound
+    method, a ``functools.partial`` or a callable object. Results have eager's structure; when grad mode
+    is on and an input requires grad they carry eager's gradients. Thread-safe: the per-signature cache
+    is filled under a lock; the hot path only reads it.
     """
 
     def __init__(self, fn: Callable[..., Any], backend: str = "auto", *, tune: bool | str = False, db: Any = None,
                  team_db: str | None = None, trials: int | None = None, seconds: float | None = None) -> None:
+        from kernelgen.frontend.callables import describe
+
         if tune not in (False, True, "auto"):
             raise KernelgenError(f"tune={tune!r} is not understood; use False or 'auto' (tune on first call)")
-        self.fn = fn
+        self.callee = describe(fn)
+        self.fn = self.callee.fn
         self.backend_name = backend
         self.tune = bool(tune)
         self.db_arg, self.team_db, self.trials, self.seconds = db, team_db, trials, seconds
-        self._params = _positional_params(fn)
+        # A module's state and train/eval mode join every call, so its calls always take the general path.
+        self._general = self.callee.module is not None
         _lazy_torch()
         self._cache: dict[tuple, _Entry] = {}
         self._lock = threading.Lock()
         self._logged: set[str] = set()
-        functools.update_wrapper(self, fn)
+        self.__name__ = self.__qualname__ = self.callee.name
+        self.__doc__ = getattr(fn, "__doc__", None)
+        self.__wrapped__ = fn
+        module = getattr(fn, "__module__", None)
+        if isinstance(module, str):
+            self.__module__ = module
 
     # -- hot path ---------------------------------------------------------------------------------------
     def __call__(self, *args: Any, out: Any = None, **kwargs: Any) -> Any:
-        if kwargs:
-            args = self._bind(args, kwargs)
+        if kwargs or self._general:
+            return self._call_general(args, kwargs, out)
         try:
-            key = (_KEYS[len(args)] if len(args) < 5 else _signature_key)(args)
+            key = (KEYS[len(args)] if len(args) < 5 else signature_key)(args)
             entry = self._cache[key]
         except KeyError:
-            entry = self._prepare(args, key)
-        except AttributeError:
-            raise InputMismatchError(self._not_tensors(args)) from None
-        if entry.eager:
-            return self._run_eager(args, out)
+            if len(args) != self.callee.arity and self.callee.arity is not None:
+                self.callee.bind(args, kwargs)  # a wrong count raises here; Python fills defaults itself
+            entry = self._prepare(args, None, key, len(args))
+        except AttributeError:  # not all tensors: Python scalars are constants of the signature
+            return self._call_general(args, kwargs, out)
+        if entry.slow:
+            return self._run(entry, args, args, None, out)
         if entry.single:
             shape, dtype = entry.outputs[0]
             if out is None:
-                out = _empty(shape, dtype=dtype)
+                out = _empty(shape, dtype=dtype, device=entry.device)
                 if entry.huge[0]:
                     _advise_huge(out)
-            elif out.__class__ is not _Tensor or out.shape != shape or out.dtype != dtype \
-                    or not out.is_contiguous() or not out.is_cpu:
+            elif out.__class__ is not _Tensor or out.shape != shape or out.dtype != dtype or not out.is_contiguous() \
+                    or (not out.is_cpu if entry.cpu else out.device != entry.device):
                 self._check_out(entry, out)  # raises with the reason
             entry.launch(*args, out)
             return out
         if out is None:
-            outs = tuple(_empty(shape, dtype=dtype) for shape, dtype in entry.outputs)
+            outs = tuple(_empty(shape, dtype=dtype, device=entry.device) for shape, dtype in entry.outputs)
             for o, huge in zip(outs, entry.huge):
                 if huge:
                     _advise_huge(o)
@@ -178,84 +189,140 @@ class CompiledFunction:
         entry.launch(*args, *outs)
         return outs
 
-    # -- helpers ----------------------------------------------------------------------------------------
-    def _bind(self, args: tuple, kwargs: dict) -> tuple:
+    # -- every other call: keywords, defaults, constants, module state, autograd, eager -----------------
+    def _call_general(self, args: tuple, kwargs: dict, out: Any) -> Any:
+        values, layout = self.callee.bind(args, kwargs)
+        full = values + self.callee.read_state() if self.callee.state else values
         try:
-            bound = inspect.signature(self.fn).bind(*args, **kwargs)
-        except TypeError as exc:
-            raise InputMismatchError(f"{self.__name__}: {exc}") from None
-        bound.apply_defaults()
-        return tuple(bound.arguments.values())
+            key = self._key(values, layout, full)
+        except NotAConstant as exc:
+            self._log_once(f"{exc}; such calls run eagerly")
+            result = self.callee.call(values, layout)
+            return result if out is None else fill_out(result, out, self.__name__)
+        entry = self._cache.get(key)
+        if entry is None:
+            entry = self._prepare(full, layout, key, len(values))
+        return self._run(entry, values, full, layout, out)
 
-    def _not_tensors(self, args: tuple) -> str:
-        import torch
+    def _key(self, values: tuple, layout: Any, full: tuple) -> tuple:
+        # All tensors, positional: the hot path's flat key (a module's state count is fixed, so the length
+        # of ``full`` still tells how many of them are arguments).
+        if layout is None and all(isinstance(v, _Tensor) for v in full):
+            key = (KEYS[len(full)] if len(full) < 5 else signature_key)(full)
+        else:
+            key = (layout, len(values), *[value_key(i, v) for i, v in enumerate(full)])
+        if self._general:  # a trace bakes ``if self.training:`` in: train and eval are two signatures
+            return (key, self.callee.modes())
+        return key
 
-        for i, a in enumerate(args):
-            if not isinstance(a, torch.Tensor):
-                return (f"argument {i} of {self.__name__} is {type(a).__name__}, not a torch tensor; compiled functions "
-                        "take tensors only (close over Python constants instead)")
-        return f"the arguments of {self.__name__} are not all torch tensors"
+    def _run(self, entry: "_Entry", values: tuple, full: tuple, layout: Any, out: Any) -> Any:
+        if entry.eager:
+            return self._run_eager(entry, values, layout, out)
+        inputs = full if entry.picks is None else tuple([full[i] for i in entry.picks])
+        if entry.grad and _grad_enabled():
+            if out is not None:
+                raise InputMismatchError(f"out= cannot hold results that require grad (an input of {self.__name__} "
+                                         "requires grad); call without out= or under torch.no_grad()")
+            from kernelgen.frontend import autograd
 
-    def _check_out(self, entry: _Entry, out: Any) -> tuple:
+            outs = autograd.apply(entry.run, entry.replay, inputs)
+        elif out is None:
+            outs = entry.run(inputs)
+        elif entry.flat:
+            outs = self._check_out(entry, out)
+            entry.launch(*inputs, *outs)
+            return out if entry.single else outs
+        else:
+            return fill_out(entry.plan.build(entry.run(inputs), inputs), out, self.__name__)
+        if entry.flat:  # skip pytree for the common layouts
+            return outs[0] if entry.single else outs
+        return entry.plan.build(outs, inputs)
+
+    def _run_eager(self, entry: "_Entry", values: tuple, layout: Any, out: Any) -> Any:
+        if not entry.check:
+            result = self.callee.call(values, layout)
+        else:  # shapes did not propagate on meta tensors: if eager rejects the inputs too, say so
+            try:
+                result = self.callee.call(values, layout)
+            except Exception as exc:
+                with self._lock:
+                    self._cache = {k: e for k, e in self._cache.items() if e is not entry}
+                raise InputMismatchError(f"{self.__name__} cannot run on inputs ({describe_values(values)}): "
+                                         f"{type(exc).__name__}: {exc}") from exc
+            entry.check = False
+        return result if out is None else fill_out(result, out, self.__name__)
+
+    # -- helpers ----------------------------------------------------------------------------------------
+    def _check_out(self, entry: "_Entry", out: Any) -> tuple:
         outs = out if isinstance(out, (tuple, list)) else (out,)
         if len(outs) != len(entry.outputs):
             raise InputMismatchError(f"out= has {len(outs)} tensors; {self.__name__} returns {len(entry.outputs)}")
         for i, (o, (shape, dtype)) in enumerate(zip(outs, entry.outputs)):
-            if not isinstance(o, _Tensor) or o.shape != shape or o.dtype != dtype or not o.is_contiguous() or not o.is_cpu:
+            if not isinstance(o, _Tensor) or o.shape != shape or o.dtype != dtype or not o.is_contiguous() \
+                    or o.device != entry.device:
                 raise InputMismatchError(
-                    f"out[{i}] is {getattr(o, 'dtype', type(o).__name__)}{list(getattr(o, 'shape', []))}; "
-                    f"expected a contiguous CPU {str(dtype).removeprefix('torch.')}{list(shape)}")
+                    f"out[{i}] is {getattr(o, 'dtype', type(o).__name__)}{list(getattr(o, 'shape', []))}"
+                    f"{' on ' + str(o.device) if isinstance(o, _Tensor) else ''}; expected a contiguous "
+                    f"{str(dtype).removeprefix('torch.')}{list(shape)} on {entry.device}")
         return tuple(outs)
-
-    def _run_eager(self, args: tuple, out: Any) -> Any:
-        result = self.fn(*args)
-        if out is None:
-            return result
-        results = result if isinstance(result, tuple) else (result,)
-        outs = out if isinstance(out, (tuple, list)) else (out,)
-        if len(outs) != len(results):
-            raise InputMismatchError(f"out= has {len(outs)} tensors; {self.__name__} returns {len(results)}")
-        for o, r in zip(outs, results):
-            if o.shape != r.shape or o.dtype != r.dtype:
-                raise InputMismatchError(f"out= tensor {o.dtype}{list(o.shape)} does not fit the result "
-                                         f"{r.dtype}{list(r.shape)}")
-            o.copy_(r)
-        return out
 
     def _log_once(self, reason: str) -> None:
         if reason not in self._logged:
             self._logged.add(reason)
             log.warning("%s runs eagerly: %s", self.__name__, reason)
 
+    def _eager(self, reason: str, check: bool = False) -> "_Entry":
+        if not check:
+            self._log_once(reason)
+        return _Entry(eager=True, check=check)
+
     # -- first call of a signature ----------------------------------------------------------------------
-    def _prepare(self, args: tuple, key: tuple) -> _Entry:
+    def _prepare(self, full: tuple, layout: Any, key: tuple, n_values: int) -> "_Entry":
         with self._lock:
             entry = self._cache.get(key)
             if entry is None:
-                entry = self._build(args)
+                entry = self._build(full, layout, n_values)
                 self._cache[key] = entry
         return entry
 
-    def _build(self, args: tuple) -> _Entry:
+    def _build(self, full: tuple, layout: Any, n_values: int) -> "_Entry":
         from kernelgen.backends import default_backend, get_backend
-        from kernelgen.implementation import implementations_for
-        from kernelgen.ir import trace
 
         backend = default_backend() if self.backend_name == "auto" else get_backend(self.backend_name)
-        if self._params is not None and len(args) != self._params:
-            raise InputMismatchError(f"{self.__name__} takes {self._params} tensors, got {len(args)}")
-        specs = [self._spec(i, a, backend.name) for i, a in enumerate(args)]
+        tensors = [(i, a) for i, a in enumerate(full) if isinstance(a, _Tensor)]
+        for i, a in tensors:
+            self._check_tensor(i, a, backend.name)
+        if len({a.device for _, a in tensors}) > 1:
+            return self._eager(f"inputs on several devices ({_describe_devices(tensors)})")
+        if any(a.numel() == 0 for _, a in tensors):
+            return self._eager("an input is empty (numel 0); eager handles empty tensors")
         try:
-            graph = trace(self.fn, *specs)
-        except UnsupportedOpError as exc:
-            self._log_once(str(exc))
-            return _Entry(None, (), False, eager=True, source="eager")
-        except TraceError as exc:
-            return self._eager_after_trace_error(args, exc)
+            return self._build_kernel(full, layout, n_values, backend)
+        except KernelgenError:
+            raise
+        except Exception as exc:  # a kernelgen bug on this graph must cost speed, never the caller's call
+            return self._eager(f"compiling it failed with {type(exc).__name__}: {exc}")
+
+    def _build_kernel(self, full: tuple, layout: Any, n_values: int, backend: Any) -> "_Entry":
+        from kernelgen.frontend.capture import capture
+        from kernelgen.implementation import implementations_for
+
+        try:
+            cap = capture(self.callee, full[:n_values], layout, full[n_values:])
+        except ShapePropagationError as exc:
+            log.debug("%s: %s", self.__name__, exc)
+            return self._eager(str(exc), check=True)
+        except TraceError as exc:  # UnsupportedOpError included
+            return self._eager(str(exc))
+        graph = cap.graph
+        if not graph.outputs:
+            return self._eager("it returns no tensor computed from its inputs")
+        if any(s.numel == 0 for s in graph.output_specs):
+            return self._eager("an output is empty (numel 0); eager handles empty tensors")
         impls = implementations_for(graph, backend.name)
         if not impls:
-            self._log_once(f"no template or custom call covers ops {sorted(graph.ops())} on backend {backend.name!r}")
-            return _Entry(None, (), False, eager=True, source="eager")
+            return self._eager(f"no template or custom call covers ops {sorted(graph.ops())} on backend "
+                               f"{backend.name!r}")
         target = backend.target()
         impl, config, source = self._choose(graph, impls, backend.name, target)
         # Whatever the database says, a config runs here only once it passed a check in a worker process.
@@ -263,19 +330,22 @@ class CompiledFunction:
 
         picked = build_checked(candidates_after((impl, config), impls, target), target)
         if picked is None:
-            self._log_once(f"no implementation of it passed its check here ({', '.join(i.name for i in impls)})")
-            return _Entry(None, (), False, eager=True, source="eager")
+            return self._eager(f"no implementation of it passed its check here ({', '.join(i.name for i in impls)})")
         impl, config, launcher, source = picked.impl, picked.config, picked.launcher, \
             "default" if picked.fallback else source
         import torch
 
         outputs = tuple((torch.Size(s.shape), getattr(torch, s.dtype)) for s in graph.output_specs)
-        launch = getattr(launcher, "launch", launcher)  # CppKernel.launch skips the per-call check: the key did it
-        entry = _Entry(launch, outputs, len(outputs) == 1, impl=impl.name, config=config, source=source)
-        entry.huge = [_HUGE_ADVICE and s.numel * s.itemsize >= _HUGE_MIN_BYTES for s in graph.output_specs]
+        picks = None if cap.picks == tuple(range(len(full))) else cap.picks
+        inputs = [full[i] for i in cap.picks]
+        device = next((a.device for a in inputs if isinstance(a, _Tensor)), torch.device("cpu"))
+        entry = _Entry(getattr(launcher, "launch", launcher), outputs, plan=cap.plan, picks=picks, device=device,
+                       grad=any(a.requires_grad for a in inputs), replay=cap.replay, impl=impl.name, config=config,
+                       source=source)
+        entry.huge = [bool(_HUGE_ADVICE) and s.numel * s.itemsize >= _HUGE_MIN_BYTES for s in graph.output_specs]
         return entry
 
-    def _spec(self, i: int, a: Any, backend: str) -> TensorSpec:
+    def _check_tensor(self, i: int, a: Any, backend: str) -> None:
         dtype = str(a.dtype).removeprefix("torch.")
         if dtype not in SUPPORTED_DTYPES:
             raise InputMismatchError(f"argument {i} of {self.__name__} has dtype {dtype}; kernelgen supports "
@@ -283,17 +353,6 @@ class CompiledFunction:
         if backend == "cpp" and not a.is_cpu:
             raise InputMismatchError(f"argument {i} of {self.__name__} is on {a.device}; the C++ backend needs CPU "
                                      "tensors (move it with .cpu() or compile with backend='triton')")
-        return TensorSpec.of(a)
-
-    def _eager_after_trace_error(self, args: tuple, exc: TraceError) -> _Entry:
-        """Untraceable for these inputs: if eager fails too the inputs are wrong, else run eagerly."""
-        try:
-            self.fn(*args)
-        except Exception as eager_exc:
-            shown = ", ".join(str(a.dtype).removeprefix("torch.") + str(list(a.shape)) for a in args)
-            raise InputMismatchError(f"{self.__name__} cannot run on inputs ({shown}): {eager_exc}") from None
-        self._log_once(str(exc))
-        return _Entry(None, (), False, eager=True, source="eager")
 
     def _choose(self, graph: Any, impls: list, backend: str, target: Any) -> tuple[Any, Any, str]:
         """The best recorded (implementation, config), tuning first when asked; else the first default."""
@@ -345,34 +404,37 @@ class CompiledFunction:
         return tune_graph(graph, backend=backend, db=self._open_db(), trials=self.trials, seconds=seconds).best
 
     # -- introspection ----------------------------------------------------------------------------------
-    def explain(self, *args: Any) -> dict[str, Any]:
+    def explain(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """What runs for these inputs: implementation, config and where the config came from."""
-        key = _signature_key(args)
-        entry = self._cache.get(key) or self._prepare(args, key)
+        values, layout = self.callee.bind(args, kwargs)
+        full = values + self.callee.read_state() if self.callee.state else values
+        try:
+            key = self._key(values, layout, full)
+        except NotAConstant:
+            return {"implementation": "eager", "config": None, "source": "eager"}
+        entry = self._cache.get(key) or self._prepare(full, layout, key, len(values))
         return {"implementation": entry.impl or "eager", "config": None if entry.config is None else dict(entry.config),
                 "source": entry.source}
 
 
-def _positional_params(fn: Callable[..., Any]) -> int | None:
-    """How many tensors ``fn`` takes, or None when it takes ``*args``."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return None
-    if any(p.kind is p.VAR_POSITIONAL for p in params):
-        return None
-    return sum(1 for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+def _describe_devices(tensors: list) -> str:
+    return ", ".join(f"argument {i} on {a.device}" for i, a in tensors)
 
 
 def compile(fn: Callable[..., Any], backend: str = "auto", *, tune: bool | str = False, db: Any = None,
             team_db: str | None = None, trials: int | None = None, seconds: float | None = None) -> CompiledFunction:
-    """Compile ``fn`` (a plain PyTorch function of tensors) into a kernelgen-dispatched callable.
+    """Compile ``fn`` into a kernelgen-dispatched callable with eager PyTorch's results and gradients.
+
+    ``fn``: a function of tensors (Python constants as arguments are part of the signature), an
+    ``nn.Module`` (parameters and buffers read at each call), a bound method, a ``functools.partial`` or a
+    callable object; anything else raises ``KernelgenError``.
 
     ``db``: a database URL or an open database (default: ``KERNELGEN_DB`` or the per-user SQLite file),
     layered over ``team_db`` (default: ``KERNELGEN_TEAM_DB``). ``tune="auto"`` tunes each new signature
     that has no record on first call, within ``trials`` / ``seconds`` (default 60 s). Calls accept
-    ``out=`` (a preallocated output or tuple of outputs) and raise ``InputMismatchError`` for inputs that
-    cannot run (wrong count, dtype, device, or shapes the function rejects).
+    ``out=`` (a preallocated output, or a sequence of them in the result's flattened order) and raise
+    ``InputMismatchError`` for inputs that cannot run (wrong count, dtype, device, or shapes the function
+    rejects). A graph kernelgen cannot run exactly as eager runs eagerly (the reason is logged once).
     """
     return CompiledFunction(fn, backend, tune=tune, db=db, team_db=team_db, trials=trials, seconds=seconds)
 

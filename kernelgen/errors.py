@@ -25,6 +25,11 @@ class UnsupportedOpError(TraceError):
     """The traced function uses an op kernelgen has no lowering for."""
 
 
+class ShapePropagationError(TraceError):
+    """Running a traced function on meta / fake tensors failed: the inputs do not fit it, or an op has no
+    meta kernel (``compile`` then runs it eagerly and reports eager's failure as ``InputMismatchError``)."""
+
+
 class InputMismatchError(KernelgenError):
     """A call passed tensors whose rank, shape, dtype, device or layout the kernel cannot take."""
 

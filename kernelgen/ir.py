@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kernelgen.errors import TraceError, UnsupportedOpError
+from kernelgen.errors import KernelgenError, TraceError, UnsupportedOpError
 from kernelgen.values import TensorSpec, content_hash
 
 UNARY_OPS = frozenset({
@@ -206,81 +206,24 @@ class _NodeRef(int):
 # ------------------------------------------------------------------------------------------------ trace
 
 def trace(fn: Callable[..., Any], *example_inputs: Any) -> Graph:
-    """Trace ``fn`` into a ``Graph``. Inputs are torch tensors or ``TensorSpec``s (nothing is computed).
+    """Trace ``fn`` into a ``Graph``. Inputs are torch tensors or ``TensorSpec``s (nothing is computed);
+    other values are constants of the trace. ``fn`` may be anything ``kernelgen.compile`` accepts; an
+    ``nn.Module``'s parameters and buffers that it reads become inputs after the arguments.
 
     Raises ``UnsupportedOpError`` naming the op and where it is when ``fn`` uses an op kernelgen cannot
     lower, and ``TraceError`` when fn cannot be traced symbolically (for example data-dependent control
-    flow).
+    flow) or its shapes do not propagate. The tracing itself lives in ``kernelgen.frontend.capture``.
     """
-    import torch
-    import torch.fx
+    from kernelgen.frontend.callables import describe
+    from kernelgen.frontend.capture import capture
 
-    from kernelgen import lowering
-
-    specs = [s if isinstance(s, TensorSpec) else TensorSpec.of(s) for s in example_inputs]
+    callee = describe(fn)
     try:
-        gm = torch.fx.symbolic_trace(fn)
-    except Exception as exc:  # fx raises many types; they all mean "not traceable"
-        raise TraceError(f"cannot trace {getattr(fn, '__name__', fn)!r} with torch.fx: {exc}; "
-                         "remove data-dependent control flow from the function") from exc
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    if len(placeholders) != len(specs):
-        raise TraceError(f"{getattr(fn, '__name__', fn)!r} takes {len(placeholders)} tensors but "
-                         f"{len(specs)} example inputs were given")
-    _propagate_meta(gm, specs)
-    builder = _Builder()
-    env: dict[Any, Any] = {}
-    outputs: tuple[int, ...] = ()
-    for index, (node, spec) in enumerate(zip(placeholders, specs)):
-        env[node] = _NodeRef(builder.add("input", (), spec, index=index))
-    for node in gm.graph.nodes:
-        if node.op == "placeholder":
-            continue
-        if node.op == "output":
-            result = node.args[0]
-            flat = result if isinstance(result, (tuple, list)) else (result,)
-            outs = []
-            for item in flat:
-                value = env.get(item)
-                if not isinstance(value, _NodeRef):
-                    raise TraceError("the function must return tensors computed from its inputs")
-                outs.append(int(value))
-            outputs = tuple(outs)
-            continue
-        where = f"{node.name} = {getattr(node.target, '__name__', node.target)}(...)"
-        args = torch.fx.node.map_arg(node.args, lambda a: env[a])
-        kwargs = torch.fx.node.map_arg(node.kwargs, lambda a: env[a])
-        meta = node.meta.get("kernelgen_spec")
-        env[node] = lowering.lower(builder, node.op, node.target, args, kwargs, meta, where)
-    return _prune(Graph(tuple(builder.nodes), outputs))
-
-
-def _propagate_meta(gm: Any, specs: Sequence[TensorSpec]) -> None:
-    """Record each fx node's output spec (``node.meta['kernelgen_spec']``) by running it on meta tensors."""
-    import torch
-    import torch.fx
-
-    def make(spec: TensorSpec, device: str) -> Any:
-        dtype = getattr(torch, spec.dtype)
-        return torch.empty_strided(spec.shape, spec.effective_strides(), dtype=dtype, device=device)
-
-    class _Recorder(torch.fx.Interpreter):
-        def run_node(self, n: Any) -> Any:
-            result = super().run_node(n)
-            if isinstance(result, torch.Tensor):
-                n.meta["kernelgen_spec"] = TensorSpec(tuple(result.shape), str(result.dtype).removeprefix("torch."))
-            return result
-
-    last_error: Exception | None = None
-    for device in ("meta", "cpu"):
-        try:
-            with torch.no_grad():
-                _Recorder(gm).run(*[make(s, device) for s in specs])
-            return
-        except Exception as exc:  # some ops have no meta kernel; retry on (uninitialised) CPU tensors
-            last_error = exc
-    raise TraceError(f"running the function on inputs {[s.to_json() for s in specs]} failed: {last_error}; "
-                     "check that the example shapes and dtypes fit the function")
+        values, layout = callee.bind(tuple(example_inputs), {})
+    except KernelgenError as exc:
+        wanted = f"takes {callee.arity} tensors but" if callee.arity is not None else "cannot take"
+        raise TraceError(f"{callee.name!r} {wanted} {len(example_inputs)} example inputs ({exc})") from None
+    return capture(callee, values, layout, callee.read_state()).graph
 
 
 def _prune(graph: Graph) -> Graph:

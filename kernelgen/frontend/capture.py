@@ -1,0 +1,318 @@
+"""Trace a ``Callee`` into a ``Graph`` plus what a call needs to run it: which call values are graph
+inputs, the result's structure, and the traced fx module (an exact eager replay, used for backward).
+
+Tracing is symbolic (torch.fx); shapes and dtypes come from running the fx graph on meta tensors, then on
+``FakeTensorMode`` tensors where an op has no meta kernel. User code never runs on real (or
+uninitialised) data here: when neither works, ``TraceError`` sends the call to eager.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import operator
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kernelgen.errors import ShapePropagationError, TraceError, UnsupportedOpError
+from kernelgen.frontend.callables import Callee
+from kernelgen.frontend.outputs import ARG, CONST, COPY, OUT, OutputPlan, plain
+from kernelgen.values import TensorSpec
+
+
+@dataclass(frozen=True)
+class Capture:
+    """``graph`` reads ``picks`` (indices into call values followed by module state) in order; ``plan``
+    rebuilds the result from the kernel outputs; ``replay(*graph inputs)`` is the traced function run
+    eagerly (returns the flat kernel outputs)."""
+
+    graph: Any
+    plan: OutputPlan
+    picks: tuple[int, ...]
+    replay: Any
+
+
+_INPLACE_OPERATORS = ("iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "iand", "ior", "ixor",
+                      "ilshift", "irshift", "imatmul")
+
+
+@functools.cache
+def _tracer_class() -> type:
+    import torch.fx
+
+    class _Proxy(torch.fx.Proxy):
+        """fx's Proxy has no ``__iadd__``, so ``x += y`` would silently trace as ``x = x + y`` and lose eager's
+        write into ``x``; these record the in-place operator so the mutation check can see it."""
+
+        def __setitem__(self, index: Any, value: Any) -> None:
+            self.tracer.create_proxy("call_function", operator.setitem, (self, index, value), {})
+
+    for name in _INPLACE_OPERATORS:
+        def inplace(self: Any, other: Any, op: Any = getattr(operator, name)) -> Any:
+            return self.tracer.create_proxy("call_function", op, (self, other), {})
+
+        setattr(_Proxy, f"__{name}__", inplace)
+
+    class _Tracer(torch.fx.Tracer):
+        """Inlines every submodule (its parameters become ``get_attr`` nodes) and lets the caller make the
+        placeholders: values that are not tensors are passed to the function as they are."""
+
+        proxy_buffer_attributes = True
+
+        def __init__(self, call: Any, autowrap: Sequence[Any]) -> None:
+            super().__init__()
+            self._call = call
+            self._autowrap_search.extend(autowrap)  # math.* on traced sizes inside the user's module
+
+        def proxy(self, node: Any) -> Any:
+            return _Proxy(node, self)
+
+        def is_leaf_module(self, m: Any, module_qualified_name: str) -> bool:
+            return False
+
+        def create_args_for_root(self, root_fn: Any, is_module: bool, concrete_args: Any = None) -> Any:
+            return (lambda *_: self._call(self)), ([self.root] if is_module else [])
+
+    return _Tracer
+
+
+def capture(callee: Callee, values: Sequence[Any], layout: Any = None, state: Sequence[Any] = ()) -> Capture:
+    """Trace ``callee`` called with ``values`` (bound as ``layout`` says, see ``Callee.bind``): tensors or
+    ``TensorSpec``s are inputs, anything else a constant of the trace. ``state`` are the module's
+    parameters and buffers (``Callee.read_state()``); those the function reads become inputs after the
+    tensor arguments.
+
+    Raises ``UnsupportedOpError`` for an op kernelgen cannot lower and ``TraceError`` when the function
+    cannot be traced symbolically or its shapes cannot be propagated on meta tensors.
+    """
+    import torch
+    import torch.fx
+
+    def is_input(v: Any) -> bool:
+        return isinstance(v, (torch.Tensor, TensorSpec))
+
+    def call(tracer: Any) -> Any:
+        proxies = [tracer.create_proxy("placeholder", f"arg{i}", (), {}) if is_input(v) else v
+                   for i, v in enumerate(values)]
+        return callee.call(tuple(proxies), layout)
+
+    inner = _module_of(callee.fn)
+    root = callee.fn if inspect.isfunction(callee.fn) else _holder(callee.module)
+    tracer = _tracer_class()(call, [inner] if inner is not None else [])
+    try:
+        fx_graph = tracer.trace(root)
+    except Exception as exc:  # fx raises many types; they all mean "not traceable"
+        raise TraceError(f"cannot trace {callee.name} with torch.fx: {type(exc).__name__}: {exc}; remove "
+                         "data-dependent control flow from the function") from exc
+    picks = [i for i, v in enumerate(values) if is_input(v)]
+    _state_to_placeholders(fx_graph, tracer.root, callee, state, len(values), picks)
+    refuse_observable_mutation(fx_graph, callee.name)
+    gm = torch.fx.GraphModule(tracer.root, fx_graph)
+    full = list(values) + list(state)
+    specs = [v if isinstance(v, TensorSpec) else TensorSpec.of(v) for v in (full[i] for i in picks)]
+    propagate_meta(gm, specs)
+    graph, plan = _lower(gm, specs)
+    return Capture(graph, plan, tuple(picks), _replay(gm, plan))
+
+
+def _module_of(fn: Any) -> Any:
+    from kernelgen.frontend.callables import _innermost
+
+    return sys.modules.get(getattr(_innermost(fn), "__module__", None) or "")
+
+
+@functools.cache
+def _holder_class() -> type:
+    import torch
+
+    class _Holder(torch.nn.Module):
+        def forward(self, *args: Any) -> Any:  # never run: the tracer calls the callee directly
+            raise AssertionError("kernelgen's tracing root is not callable")
+
+    return _Holder
+
+
+def _holder(module: Any) -> Any:
+    """A root module for tracing a non-function: it owns the user's module, so its parameters are found."""
+    holder = _holder_class()()
+    if module is not None:
+        holder.module = module
+    return holder
+
+
+def _state_to_placeholders(fx_graph: Any, root: Any, callee: Callee, state: Sequence[Any], offset: int,
+                           picks: list[int]) -> None:
+    """Replace each ``get_attr`` of a module parameter or buffer by a placeholder after the arguments,
+    so the kernel reads the live tensor each call; other attributes (closed-over tensors) are refused."""
+    index = {id(t): i for i, t in enumerate(state)}
+    placeholders = [n for n in fx_graph.nodes if n.op == "placeholder"]
+    last = placeholders[-1] if placeholders else None
+    made: dict[int, Any] = {}
+    for node in list(fx_graph.nodes):
+        if node.op != "get_attr":
+            continue
+        value = root
+        for atom in str(node.target).split("."):
+            value = getattr(value, atom)
+        slot = index.get(id(value))
+        if slot is None or not str(node.target).startswith("module."):
+            raise UnsupportedOpError(f"{callee.name} reads the tensor {node.target!r} that is not one of its "
+                                     "arguments; pass it as an argument (or compile the nn.Module that owns it)")
+        if slot not in made:
+            if last is None:
+                ph = fx_graph.inserting_before(next(iter(fx_graph.nodes)))
+            else:
+                ph = fx_graph.inserting_after(last)
+            with ph:
+                last = made[slot] = fx_graph.placeholder(f"state{slot}")
+            picks.append(offset + slot)
+        node.replace_all_uses_with(made[slot])
+        fx_graph.erase_node(node)
+
+
+# Ops whose result may share memory with their (first) tensor argument.
+_ALIASING = frozenset({
+    "view", "view_as", "reshape", "reshape_as", "t", "T", "mT", "H", "mH", "transpose", "swapaxes", "swapdims",
+    "permute", "movedim", "squeeze", "unsqueeze", "expand", "expand_as", "flatten", "unflatten", "narrow", "select",
+    "getitem", "getattr", "contiguous", "detach", "as_strided", "unbind", "split", "chunk", "tensor_split",
+    "diagonal", "real", "imag", "to", "type", "type_as", "float", "double", "half", "bfloat16", "int", "long",
+    "bool", "cpu", "cuda", "data", "unfold", "view_as_real", "view_as_complex", "alias", "broadcast_to",
+})
+
+
+def _op_name(node: Any) -> str:
+    return str(node.target) if node.op == "call_method" else getattr(node.target, "__name__", str(node.target))
+
+
+def refuse_observable_mutation(fx_graph: Any, name: str) -> None:
+    """A kernel writes fresh outputs only, so an in-place op is allowed only where eager's mutation cannot be
+    seen: on a fresh intermediate that nothing else reads (``nn.ReLU(inplace=True)`` after a linear). An
+    in-place write to an input, to a view of one, or to a value read elsewhere raises ``UnsupportedOpError``
+    (the call runs eagerly, so the mutation happens as in eager)."""
+    import torch.fx
+
+    may_alias_input = {n for n in fx_graph.nodes if n.op == "placeholder"}
+    for node in fx_graph.nodes:
+        if node.op not in ("call_function", "call_method"):
+            continue
+        op = _op_name(node)
+        mutates = (op.endswith("_") and not op.endswith("__")) or op in _INPLACE_OPERATORS or op == "setitem" \
+            or node.kwargs.get("inplace") is True or "out" in node.kwargs
+        if mutates:
+            target = node.args[0] if node.args else None
+            if not isinstance(target, torch.fx.Node) or target in may_alias_input or len(target.users) > 1:
+                raise UnsupportedOpError(f"{name} writes in place at `{node.format_node()}`, a change eager makes "
+                                         "visible to the caller; such functions run eagerly")
+            if op in _INPLACE_OPERATORS:  # unseen write to a fresh value: the out-of-place op is exact
+                node.target = getattr(operator, op[1:])
+        elif op in _ALIASING and any(a in may_alias_input for a in node.all_input_nodes):
+            may_alias_input.add(node)
+
+
+def propagate_meta(gm: Any, specs: Sequence[TensorSpec]) -> None:
+    """Record each fx node's output spec (``node.meta['kernelgen_spec']``) by running the graph on meta
+    tensors, or on fake tensors where an op has no meta kernel; never on real or uninitialised memory."""
+    import torch
+    import torch.fx
+
+    class _Recorder(torch.fx.Interpreter):
+        def run_node(self, n: Any) -> Any:
+            result = super().run_node(n)
+            if isinstance(result, torch.Tensor):
+                n.meta["kernelgen_spec"] = TensorSpec(tuple(result.shape), str(result.dtype).removeprefix("torch."))
+            return result
+
+    def make(spec: TensorSpec, device: str) -> Any:
+        return torch.empty_strided(spec.shape, spec.effective_strides(), dtype=getattr(torch, spec.dtype),
+                                   device=device)
+
+    def on_meta() -> None:
+        _Recorder(gm).run(*[make(s, "meta") for s in specs])
+
+    def on_fake() -> None:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        with FakeTensorMode(allow_fallback_kernels=False):  # no real kernel on stand-in data
+            _Recorder(gm).run(*[make(s, "cpu") for s in specs])
+
+    try:
+        with torch.no_grad():
+            on_meta()
+        return
+    except NotImplementedError as exc:  # an op without a meta kernel: fake tensors may still know its shapes
+        error: Exception = exc
+    except Exception as exc:  # the shapes or dtypes do not fit the function (fake tensors would say the same)
+        error = exc
+    if isinstance(error, NotImplementedError):
+        try:
+            with torch.no_grad():
+                on_fake()
+            return
+        except Exception as exc:
+            error = exc
+    raise ShapePropagationError(f"running the function on meta tensors {[s.to_json() for s in specs]} failed "
+                                f"({type(error).__name__}: {error}); check that the shapes and dtypes fit the function")
+
+
+def _lower(gm: Any, specs: Sequence[TensorSpec]) -> tuple[Any, OutputPlan]:
+    import torch.fx
+    from torch.utils._pytree import tree_flatten
+
+    from kernelgen import lowering
+    from kernelgen.ir import Graph, _Builder, _NodeRef, _prune
+
+    builder = _Builder()
+    env: dict[Any, Any] = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for index, (node, spec) in enumerate(zip(placeholders, specs)):
+        env[node] = _NodeRef(builder.add("input", (), spec, index=index))
+    leaves: list[tuple[str, Any]] = []
+    outputs: list[int] = []
+    spec_tree: Any = None
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            continue
+        if node.op == "output":
+            flat, spec_tree = tree_flatten(plain(node.args[0]))
+            first_fx: dict[int, Any] = {}  # IR node -> the fx node that first returned it
+            for item in flat:
+                value = env.get(item) if isinstance(item, torch.fx.Node) else item
+                if not isinstance(value, _NodeRef):
+                    leaves.append((CONST, value))
+                elif builder.nodes[int(value)].op == "input":
+                    leaves.append((ARG, builder.nodes[int(value)].attr("index")))
+                elif int(value) not in first_fx:
+                    first_fx[int(value)] = item
+                    leaves.append((OUT, len(outputs)))
+                    outputs.append(int(value))
+                else:  # the same fx value twice is one object in eager too; two merged by CSE are two
+                    k = outputs.index(int(value))
+                    leaves.append((OUT, k) if first_fx[int(value)] is item else (COPY, k))
+            continue
+        where = f"{node.name} = {getattr(node.target, '__name__', node.target)}(...)"
+        args = torch.fx.node.map_arg(node.args, lambda a: env[a])
+        kwargs = torch.fx.node.map_arg(node.kwargs, lambda a: env[a])
+        env[node] = lowering.lower(builder, node.op, node.target, args, kwargs, node.meta.get("kernelgen_spec"), where)
+    return _prune(Graph(tuple(builder.nodes), tuple(outputs))), OutputPlan(spec_tree, tuple(leaves))
+
+
+def _replay(gm: Any, plan: OutputPlan) -> Any:
+    """The traced function as eager code returning the kernel outputs in order: the backward's forward."""
+    from torch.utils._pytree import tree_leaves
+
+    firsts: dict[int, int] = {}
+    for i, (kind, value) in enumerate(plan.leaves):
+        if kind == OUT and value not in firsts:
+            firsts[value] = i
+    order = [firsts[k] for k in range(len(firsts))]
+
+    def replay(*inputs: Any) -> tuple:
+        leaves = tree_leaves(gm(*inputs))
+        return tuple(leaves[i] for i in order)
+
+    return replay
+
+
+__all__ = ["Capture", "capture", "propagate_meta"]

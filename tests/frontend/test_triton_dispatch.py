@@ -1,0 +1,56 @@
+"""The same front-end guarantees on the Triton backend (interpreter on CPU tensors, or a GPU): result
+structure, gradients, ``out=`` and outputs allocated on the inputs' device."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton's first import
+pytest.importorskip("triton")
+
+import torch.nn.functional as F  # noqa: E402
+
+from kernelgen.backends.triton import interpreter_active  # noqa: E402
+from kernelgen.dispatch import compile  # noqa: E402
+from kernelgen.errors import InputMismatchError  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not (interpreter_active() or torch.cuda.is_available()),
+                                reason="triton was imported before TRITON_INTERPRET=1 was set")
+DEVICE = "cuda" if torch.cuda.is_available() and not interpreter_active() else "cpu"
+
+
+def pair(x, b):
+    y = F.gelu(x + b)
+    return [y, (y * 2,)]
+
+
+def test_structure_gradients_and_device_on_triton():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 16, generator=g).to(DEVICE).requires_grad_()
+    b = torch.randn(16, generator=g).to(DEVICE)
+    f = compile(pair, backend="triton")
+    got, want = f(x, b), pair(x, b)
+    assert f.explain(x, b)["implementation"] == "pointwise"
+    assert isinstance(got, list) and isinstance(got[1], tuple)
+    for o, w in ((got[0], want[0]), (got[1][0], want[1][0])):
+        assert o.device == x.device and o.grad_fn is not None
+        torch.testing.assert_close(o, w)
+    (got[0].sum() + got[1][0].sum()).backward()
+    ours = x.grad.clone()
+    x.grad = None
+    (want[0].sum() + want[1][0].sum()).backward()
+    torch.testing.assert_close(ours, x.grad)
+
+
+def test_out_on_the_inputs_device_is_accepted_and_another_refused():
+    x = torch.randn(8, 16, device=DEVICE)
+    f = compile(lambda a: torch.sigmoid(a) * a, backend="triton")
+    out = torch.empty(8, 16, device=DEVICE)
+    assert f(x, out=out) is out
+    torch.testing.assert_close(out, torch.sigmoid(x) * x)
+    with pytest.raises(InputMismatchError, match="out"):
+        f(x, out=torch.empty(8, 16, device="meta"))
