@@ -54,6 +54,7 @@ def lower(b: Any, kind: str, target: Any, args: tuple, kwargs: dict, meta: Tenso
     if kind == "get_attr":
         raise UnsupportedOpError(f"module attribute {target!r} at {where}; pass tensors as function arguments")
     name = _canonical_name(kind, target)
+    _refuse_mutation(name, kwargs, where)
     handler = _HANDLERS.get(name)
     if handler is None:
         raise UnsupportedOpError(f"unsupported op {name!r} at `{where}`; supported: {', '.join(sorted(_HANDLERS))}")
@@ -62,6 +63,17 @@ def lower(b: Any, kind: str, target: Any, args: tuple, kwargs: dict, meta: Tenso
             and name not in ("size", "dim", "getattr"):
         result = _NodeRef(result)
     return result
+
+
+def _refuse_mutation(name: str, kwargs: dict, where: str) -> None:
+    """Kernels only write their own outputs: an op that writes into a tensor (``x.relu_()``, ``out=``,
+    ``inplace=True``) would lose eager's mutation, so the graph runs eagerly instead."""
+    if kwargs.get("out") is not None or kwargs.get("inplace") is True:
+        raise UnsupportedOpError(f"`{where}` writes into an existing tensor (out= / inplace=True); kernelgen "
+                                 "kernels do not mutate tensors, so this graph runs eagerly: return a new tensor instead")
+    if name.endswith("_") and not name.startswith("__"):
+        raise UnsupportedOpError(f"in-place op {name!r} at `{where}`; kernelgen kernels do not mutate tensors, so "
+                                 f"this graph runs eagerly: use {name.rstrip('_')!r}, which returns a new tensor")
 
 
 def _ref(x: Any) -> Any:
@@ -74,6 +86,10 @@ def _is_node(x: Any) -> bool:
     from kernelgen.ir import _NodeRef
 
     return isinstance(x, _NodeRef)
+
+
+def _is_float_dtype(dtype: str) -> bool:
+    return dtype.startswith("float") or dtype == "bfloat16"
 
 
 def _arg(args: tuple, kwargs: dict, index: int, name: str, default: Any = None) -> Any:
@@ -113,6 +129,11 @@ def _binary(op: str) -> Handler:
         x, y = _arg(args, kwargs, 0, "input"), _arg(args, kwargs, 1, "other")
         if not _is_node(x) and not _is_node(y):
             raise UnsupportedOpError(f"{op} of two Python numbers at `{where}`")
+        if op == "div" and kwargs.get("rounding_mode") is not None:
+            raise UnsupportedOpError(f"div(rounding_mode={kwargs['rounding_mode']!r}) at `{where}`; only true division "
+                                     "is lowered")
+        if op == "pow" and _is_node(x) and isinstance(y, int) and y < 0 and not _is_float_dtype(b.spec(int(x)).dtype):
+            raise UnsupportedOpError(f"integer tensor to the negative power {y} at `{where}` (eager raises for it)")
         like = x if _is_node(x) else y
         a, c = _operand(b, x, like), _operand(b, y, like)
         alpha = kwargs.get("alpha", 1)
@@ -150,7 +171,7 @@ def _unary(op: str, **attrs: Any) -> Handler:
 
 
 for _op in ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "relu", "silu", "reciprocal"):
-    _handles(_op, f"{_op}_")(_unary(_op))
+    _handles(_op)(_unary(_op))
 _handles("negative")(_unary("neg"))
 _handles("special_erf")(_unary("erf"))
 
@@ -221,8 +242,8 @@ def _reduction(kind: str) -> Handler:
         _last_dim(b, x, dim, where)
         keepdim = bool(_arg(args, kwargs, 2, "keepdim", False))
         n = b.spec(x).shape[-1]
-        if kind == "sum":
-            value = b.reduce("sum", x)
+        if kind == "sum":  # eager accumulates in the result dtype: int8/bool sums in int64, dtype= before summing
+            value = b.reduce("sum", _cast_to(b, x, meta.dtype) if meta is not None else x)
         elif kind == "mean":
             value = b.elementwise("mul", (b.reduce("sum", x), b.scalar_or_node(1.0 / n, x)))
         elif kind in ("amax", "max"):
@@ -232,18 +253,18 @@ def _reduction(kind: str) -> Handler:
         elif kind == "logsumexp":
             value = _logsumexp(b, x)
         else:  # var, std
+            # var(x, dim, unbiased, keepdim) positionally, or correction= / unbiased= / keepdim= by keyword
             correction = kwargs.get("correction")
             if correction is None:
-                unbiased = _arg(args, kwargs, 2, "unbiased", True) if "unbiased" in kwargs else True
-                correction = 1 if unbiased else 0
-            keepdim = bool(kwargs.get("keepdim", False))
+                correction = 1 if _arg(args, kwargs, 2, "unbiased", True) else 0
+            keepdim = bool(_arg(args, kwargs, 3, "keepdim", False))
             value = _variance(b, x, correction)
             if kind == "std":
                 value = b.elementwise("sqrt", (value,))
         if meta is not None:
             value = _cast_to(b, value, meta.dtype)
         result = _finish_reduction(b, value, keepdim)
-        return (result, None) if kind in ("max", "min") else result
+        return (_ref(result), None) if kind in ("max", "min") else result
 
     return handler
 
@@ -288,7 +309,11 @@ def _getattr(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> Any:
 def _logsumexp(b: Any, x: int) -> int:
     m = b.reduce("max", x)
     s = b.reduce("sum", b.elementwise("exp", (b.elementwise("sub", (x, m)),)))
-    return b.elementwise("add", (m, b.elementwise("log", (s,))))
+    lse = b.elementwise("add", (m, b.elementwise("log", (s,))))
+    # A row whose max is +-inf gives that inf in eager (which shifts by 0 there), where x - m is inf - inf = nan:
+    # all +inf gives inf, all -inf gives -inf. A nan max (a nan in the row) stays nan.
+    infinite = b.elementwise("eq", (b.elementwise("abs", (m,)), b.const(math.inf, b.spec(m).dtype)))
+    return b.elementwise("where", (infinite, m, lse))
 
 
 def _variance(b: Any, x: int, correction: float) -> int:
@@ -366,6 +391,9 @@ def _transpose(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
 @_handles("unsqueeze", "view", "reshape", "squeeze", "expand_as")
 def _reshape(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     x = int(args[0])
+    if meta is None or meta.dtype != b.spec(x).dtype:  # x.view(torch.int32) reinterprets bits, it is no cast
+        raise UnsupportedOpError(f"`{where}` reinterprets the bits of {b.spec(x).dtype} as another dtype; "
+                                 "kernelgen has no bitcast, so this graph runs eagerly")
     old, new = b.spec(x).shape, meta.shape
     if [s for s in old if s != 1] != [s for s in new if s != 1] or not b.spec(x).is_contiguous:
         raise UnsupportedOpError(f"reshape {list(old)} -> {list(new)} at `{where}`; only adding or dropping "
