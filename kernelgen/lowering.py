@@ -27,10 +27,14 @@ def _handles(*names: str) -> Callable[[Handler], Handler]:
     return register
 
 
+# Methods whose arguments are not the function's: x.where(cond, y) is torch.where(cond, x, y)
+_METHOD_NAMES = {"where": "Tensor.where"}
+
+
 def _canonical_name(kind: str, target: Any) -> str:
     """'add', 'softmax', 'gelu', ... for a call_function target or a call_method name."""
     if kind == "call_method":
-        return str(target)
+        return _METHOD_NAMES.get(str(target), str(target))
     if kind == "call_function":
         if target is operator.getitem:
             return "getitem"
@@ -43,8 +47,19 @@ def _canonical_name(kind: str, target: Any) -> str:
             return special[target]
         if getattr(target, "_kernelgen_custom_call", False):  # set on kernelgen.custom_call
             return "custom_call"
-        return getattr(target, "__name__", str(target))
+        name = getattr(target, "__name__", None)
+        if name is not None and any(getattr(ns, name, None) is target for ns in _torch_namespaces()):
+            return name
+        # torch.masked.sum, a user's own `sum`...: same __name__, other semantics (a mask), so not the handler's op
+        return f"{getattr(target, '__module__', None) or ''}.{name or target}".lstrip(".")
     raise UnsupportedOpError(f"fx node kind {kind!r} is not supported")
+
+
+def _torch_namespaces() -> tuple[Any, ...]:
+    """Where the functions the handlers are named after live: a call target is the op only if it is one of these."""
+    import torch
+
+    return (torch, torch.nn.functional, torch.special, torch._C._nn, torch._C._special, torch.Tensor)
 
 
 def lower(b: Any, kind: str, target: Any, args: tuple, kwargs: dict, meta: TensorSpec | None, where: str) -> Any:
@@ -109,6 +124,10 @@ def _operand(b: Any, value: Any, like: Any) -> int:
 
 def _last_dim(b: Any, x: int, dim: Any, where: str) -> None:
     rank = b.spec(x).rank
+    if rank == 0:
+        raise UnsupportedOpError(f"reduction of a 0-d tensor at `{where}`; reductions run over a last dimension")
+    if b.spec(x).shape[-1] == 0:  # eager: sum 0, mean nan, amax an error; kernels reduce non-empty rows
+        raise UnsupportedOpError(f"reduction over an empty last dimension at `{where}`")
     dims = dim if isinstance(dim, (tuple, list)) else (dim,)
     if len(dims) != 1 or dims[0] not in (-1, rank - 1):
         raise UnsupportedOpError(f"reduction over dim={dim} at `{where}`; only the last dimension (dim=-1) "
@@ -187,6 +206,8 @@ def _gelu(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
 @_handles("square")
 def _square(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     x = int(args[0])
+    if meta is not None:  # square(bool) is int64 in eager (it is pow(x, 2))
+        x = _cast_to(b, x, meta.dtype)
     return b.elementwise("mul", (x, x))
 
 
@@ -209,6 +230,12 @@ def _where(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     like = x if _is_node(x) else (y if _is_node(y) else cond)
     dtype = meta.dtype if meta is not None else None
     return b.elementwise("where", (int(cond), _operand(b, x, like), _operand(b, y, like)), dtype)
+
+
+@_handles("Tensor.where")
+def _tensor_where(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    x, cond, other = (_arg(args, kwargs, i, n) for i, n in enumerate(("self", "condition", "other")))
+    return _where(b, (cond, x, other), {}, meta, where)
 
 
 def _cast_to(b: Any, x: int, dtype: str) -> int:
@@ -237,7 +264,7 @@ def _reduction(kind: str) -> Handler:
     def handler(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
         x = int(args[0])
         dim = _arg(args, kwargs, 1, "dim", None)
-        if dim is None:
+        if dim is None or isinstance(dim, bool):  # std(x, True): the overload whose 2nd argument is `unbiased`
             raise UnsupportedOpError(f"{kind} over all dimensions at `{where}`; reduce with dim=-1")
         _last_dim(b, x, dim, where)
         keepdim = bool(_arg(args, kwargs, 2, "keepdim", False))
@@ -250,8 +277,8 @@ def _reduction(kind: str) -> Handler:
             value = b.reduce("max", x)
         elif kind in ("amin", "min"):
             value = b.reduce("min", x)
-        elif kind == "logsumexp":
-            value = _logsumexp(b, x)
+        elif kind == "logsumexp":  # of integers too: eager computes it in the default float dtype
+            value = _logsumexp(b, _cast_to(b, x, meta.dtype) if meta is not None else x)
         else:  # var, std
             # var(x, dim, unbiased, keepdim) positionally, or correction= / unbiased= / keepdim= by keyword
             correction = kwargs.get("correction")
@@ -415,6 +442,9 @@ def _matmul(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
 @_handles("linear")
 def _linear(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     x, w = int(args[0]), int(args[1])
+    if b.spec(x).rank < 2 or b.spec(w).rank != 2:
+        raise UnsupportedOpError(f"linear of a rank-{b.spec(x).rank} input and a rank-{b.spec(w).rank} weight at "
+                                 f"`{where}`; the GEMM needs a rank >= 2 input and a 2-d weight")
     bias = _arg(args, kwargs, 2, "bias")
     out_spec = TensorSpec(meta.shape, meta.dtype)
     y = b.add("matmul", (x, _transpose_last(b, w)), out_spec)
@@ -465,3 +495,13 @@ def _size(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> Any:
     spec = b.spec(int(args[0]))
     dim = _arg(args, kwargs, 1, "dim")
     return spec.shape if dim is None else spec.shape[dim]
+
+
+def op_name(target: Any) -> str:
+    """The handler name a call of function ``target`` is lowered by ('gelu' for F.gelu); unhandled names too."""
+    return _canonical_name("call_function", target)
+
+
+def handled_ops() -> frozenset[str]:
+    """Names of every PyTorch op (function or method) the lowering has a handler for."""
+    return frozenset(_HANDLERS)
