@@ -236,3 +236,36 @@ def test_view_as_another_dtype_is_a_bitcast_not_a_conversion():
 def test_in_place_ops_mutate_inputs_like_eager(fn):
     x, y = torch.randn(4, 64), torch.randn(4, 64)
     _same(fn, x, y, kernel=False)
+
+
+# ------------------------------------------------------------------- found by the OpInfo suite (tests/opinfo)
+
+def test_lowering_follows_each_overloads_argument_order():
+    x, y = torch.randn(4, 64), torch.randn(4, 64)
+    _same(lambda a, c, b: a.where(c, b), x, x > 0, y)  # Tensor.where(condition, other): self is the value
+    _same(lambda a: torch.std(a, True), x, kernel=False)  # std(input, unbiased): over all dims
+    _same(lambda a: torch.var(a, -1, False), x)  # var(input, dim, unbiased): positional unbiased
+    _same(lambda a: torch.var(a, -1, True, True), x)  # ... and positional keepdim
+    _same(lambda a: torch.square(a > 0), x)  # square(bool) is int64
+    _same(lambda a: torch.sum(a.to(torch.int8), -1), x * 100)  # int8 sums accumulate in int64
+
+
+def sigmoid(x):  # a user's own function that shares a torch op's name; fx keeps it as one call (wrap below)
+    return x * 2
+
+
+torch.fx.wrap("sigmoid")
+
+
+def test_functions_named_like_torch_ops_are_not_lowered_as_them():
+    x = torch.randn(4, 64)
+    _same(lambda a: sigmoid(a) + 1, x, kernel=False)
+    mask = torch.rand(4, 64, generator=torch.Generator().manual_seed(0)) > 0.5
+    _same(lambda a, m: torch.masked.sum(a, -1, mask=m), x, mask, kernel=False)
+
+
+def test_linear_with_a_one_dimensional_weight_and_reductions_of_empty_rows():
+    x, w = torch.randn(4, 64), torch.randn(64)
+    _same(lambda a, ww: F.linear(a, ww), x, w, kernel=False, tol=dict(rtol=1e-4, atol=1e-4))
+    _same(lambda a: torch.sum(a, -1) + 1, torch.randn(4, 0), kernel=False)
+    _same(lambda a: torch.logsumexp(a, -1), torch.arange(256, dtype=torch.int32).reshape(4, 64) % 7)

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="n
 
 from kernelgen.testing import opinfo  # noqa: E402  (after the skip: it imports torch.testing._internal lazily)
 
-MAX_SAMPLES = 2  # per op and dtype; kernels are the cost (one g++ run per new graph and signature)
+MAX_SAMPLES = 1  # per op and dtype; kernels are the cost (one g++ run per new graph and signature)
 VARIANT_SAMPLES = 1
 # Input kinds kernelgen's dispatch owns (issue 15 items 3-4, the "front" work): failures there are reported
 # by a skip with the list, not asserted here, until that work lands.
