@@ -10,7 +10,8 @@ processes can compile the same kernel safely.
 
 Why compile and link separately: gcc links ``crtfastmath.o`` into a shared library linked with
 ``-ffast-math``, and loading it turns on flush-to-zero for the whole process, silently changing torch's
-numerics. We compile with ``-ffast-math`` (needed to vectorise erf/tanh/exp) and link without it.
+numerics. We compile with ``-ffast-math`` (needed to vectorise erf/tanh/exp) minus its finite-math
+assumption (see ``compile_flags``) and link without it.
 """
 
 from __future__ import annotations
@@ -51,7 +52,10 @@ def compile_flags() -> tuple[str, ...]:
     torch, instead of being undefined. What it costs, checked with ``-fopt-info-vec`` on rendered gelu,
     softmax, logsumexp, amax and rmsnorm kernels (g++ 12, AVX-512): every hot loop still vectorises once
     max/min are compare-and-select (``kg_maxf``) and libmvec is declared by hand (``cpp_expr.PRELUDE``);
-    glibc declares it only under ``__FAST_MATH__``, which this flag turns off.
+    glibc declares it only under ``__FAST_MATH__``, which this flag turns off. Measured against the old
+    flags and kernels ([1024, 4096] fp32, one thread, min of 15 interleaved runs, on a shared 2-core
+    machine): gelu, gelu-tanh, rmsnorm, exp+tanh within 5%, softmax 1.15x, amax 1.45x and logsumexp 1.4-1.6x
+    slower (a nan-propagating max is compare + max + blend where it was one vmaxps).
     """
     flags = ["-O3", "-march=native", "-ffast-math", "-fno-finite-math-only", "-fwrapv", "-fopenmp", "-fPIC",
              "-std=c++17", "-fno-plt"]

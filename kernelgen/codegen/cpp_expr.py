@@ -12,8 +12,10 @@ Typical use inside a loop body whose index is ``i``::
     lines.append(store(out_dtype, "out0[i]", env[graph.outputs[0]]))      # env now names every emitted node
 
 Leaves in ``env`` must already be in ``compute_type`` of their node's dtype (``load`` converts for you).
-The emitted code is plain scalar C++: inside a simple counted loop gcc -O3 -ffast-math vectorises it and
-calls libmvec for expf/logf/erff/tanhf. Three float cases use inline approximations from ``PRELUDE`` that
+The emitted code is plain scalar C++: inside a simple counted loop gcc -O3 -ffast-math -fno-finite-math-only
+vectorises it and calls libmvec for expf/logf/erff/tanhf (declared in ``PRELUDE``). Values follow eager
+PyTorch, NaN and ±Inf included: max/min/relu/clamp propagate NaN, integer pow and overflow wrap around
+(two's complement, with -fwrapv). Three float cases use inline approximations from ``PRELUDE`` that
 gcc vectorises in place instead: softmax's exp(x - max(x)) (kg_exp_nonpos_f) and gelu's erf and tanh
 (kg_erff_approx / kg_tanhf_approx).
 """
