@@ -3,12 +3,14 @@
 For every OpInfo whose op kernelgen's lowering claims (derived from the lowering's handler table, never a hand
 list), each sample of each dtype kernelgen supports runs through ``kernelgen.compile(..., backend=...)`` and
 eagerly, as given and in variants: a non-contiguous copy, NaN/±Inf written into float inputs, integer
-extremes written into integer inputs. Each run has one outcome:
+extremes written into integer inputs, float inputs that require grad. Each run has one outcome:
 
 - ``pass``: a kernelgen kernel ran and equals eager (dtype, shape, structure, values within the dtype's
   tolerance with NaN placement, input mutation), or eager raised and kernelgen raised the same type;
 - ``fallback``: kernelgen ran the function eagerly (``explain()['implementation'] == 'eager'``), allowed;
 - ``fail``: a mismatch, or an exception eager did not raise.
+
+The ``grad`` variant makes float inputs require grad and also compares the gradients of the outputs' sum.
 
 It lives in the package (like ``torch.testing``) so that the CI test and ``benchmarks/bench_opinfo.py`` share
 one harness without path tricks; nothing in kernelgen imports it. ``torch.testing._internal`` needs the
@@ -32,7 +34,7 @@ from kernelgen.lowering import handled_ops, op_name
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,
           torch.int64, torch.uint8, torch.bool)
-VARIANTS = ("sample", "noncontig", "nonfinite", "extremes")
+VARIANTS = ("sample", "noncontig", "nonfinite", "extremes", "grad")
 STATUSES = ("pass", "fallback", "fail")
 
 
@@ -127,11 +129,12 @@ def _extremes(t: torch.Tensor) -> torch.Tensor:
 
 
 _TRANSFORMS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "sample": lambda t: t, "noncontig": _noncontig, "nonfinite": _nonfinite, "extremes": _extremes}
+    "sample": lambda t: t, "noncontig": _noncontig, "nonfinite": _nonfinite, "extremes": _extremes,
+    "grad": lambda t: t.clone().requires_grad_(True) if t.is_floating_point() else t}
 
 
 def _applies(variant: str, tensors: list[torch.Tensor]) -> bool:
-    if variant == "nonfinite":
+    if variant in ("nonfinite", "grad"):
         return any(t.is_floating_point() and t.numel() for t in tensors)
     if variant == "extremes":
         return any(not t.is_floating_point() and t.dtype != torch.bool and t.numel() for t in tensors)
@@ -217,7 +220,7 @@ def run_case(fn: Callable[..., Any], sample: Any, case: Case, backend: str) -> O
         x, args, kwargs = rebuild(list(ts))
         return fn(x, *args, **kwargs)
 
-    eager_inputs = [t.clone() for t in inputs]
+    eager_inputs = [t.detach().clone().requires_grad_(t.requires_grad) for t in inputs]  # leaves, like inputs
     try:
         want = call(*eager_inputs)
         eager_error: Exception | None = None
@@ -237,28 +240,49 @@ def run_case(fn: Callable[..., Any], sample: Any, case: Case, backend: str) -> O
                        + (f" (eager raised {type(eager_error).__name__})" if eager_error else ""))
     if eager_error is not None:
         return Outcome(case, "fail", f"returned a value; eager raised {type(eager_error).__name__}: {eager_error}")
-    why = _compare(got, want) or _compare(inputs, eager_inputs)
+    why, note = _compare(got, want), ""
     if why and not _compare(got, _eager_in_other_layout(call, inputs)):
         # eager disagrees with itself (float32 gelu(+inf) is nan on contiguous tensors, inf on strided ones):
         # either of its answers is eager's
-        return Outcome(case, "pass", f"matches eager on another layout; on this one: {why}")
+        why, note = "", f"matches eager on another layout; on this one: {why}"
+    why = why or _compare(inputs, eager_inputs) or _compare_grads(got, want, inputs, eager_inputs)
     if why:
         return Outcome(case, "fail", why)
     try:
         eager = compiled.explain(*inputs)["implementation"] == "eager"
     except Exception as exc:  # explain re-enters dispatch; its failure is a finding, not a crash of the suite
         return Outcome(case, "fail", f"explain() raised {type(exc).__name__}: {exc}")
-    return Outcome(case, "fallback" if eager else "pass")
+    return Outcome(case, "fallback" if eager else "pass", note)
 
 
 def _eager_in_other_layout(call: Callable[..., Any], inputs: list[torch.Tensor]) -> Any:
     """Eager's result on the same values laid out differently (strided copies of contiguous inputs, and
     contiguous copies of strided ones), or None when it raises."""
-    other = [t.contiguous().clone() if not t.is_contiguous() else _noncontig(t) for t in inputs]
+    with torch.no_grad():
+        other = [t.contiguous().clone() if not t.is_contiguous() else _noncontig(t) for t in inputs]
+        try:
+            return call(*other)
+        except Exception:
+            return None
+
+
+def _compare_grads(got: Any, want: Any, inputs: list[torch.Tensor], eager_inputs: list[torch.Tensor]) -> str:
+    """'' when ``got`` carries eager's gradients: outputs that require grad in eager do here, and the grads of
+    the sum of the float outputs with respect to the inputs are equal."""
+    wants = [w for w in pytree.tree_leaves(want) if isinstance(w, torch.Tensor) and w.requires_grad]
+    if not wants:
+        return ""
+    gots = [g for g in pytree.tree_leaves(got) if isinstance(g, torch.Tensor) and g.is_floating_point()]
+    if not gots or not all(g.requires_grad for g in gots):
+        return "output carries no gradient (eager's has a grad_fn): autograd dropped"
+    leaves = [i for i, t in enumerate(inputs) if t.requires_grad]
     try:
-        return call(*other)
-    except Exception:
-        return None
+        g_got = torch.autograd.grad(sum(g.sum() for g in gots), [inputs[i] for i in leaves], allow_unused=True)
+        g_want = torch.autograd.grad(sum(w.sum() for w in wants), [eager_inputs[i] for i in leaves], allow_unused=True)
+    except RuntimeError as exc:
+        return f"backward raised RuntimeError: {' '.join(str(exc).split())[:200]}"
+    return _compare([g if g is not None else torch.zeros(0) for g in g_got],
+                    [w if w is not None else torch.zeros(0) for w in g_want])
 
 
 def run_op(info: Any, backend: str = "cpp", dtypes: Iterable[torch.dtype] | None = None, max_samples: int = 4,
@@ -282,7 +306,8 @@ def run_op(info: Any, backend: str = "cpp", dtypes: Iterable[torch.dtype] | None
                     for variant in variants:
                         if variant != "sample" and (index >= max_variant_samples or not _applies(variant, tensors)):
                             continue
-                        case = Case(info.full_name, dtype, index, variant, _kinds(tensors))
+                        kinds = _kinds(tensors) | ({"grad"} if variant == "grad" else set())
+                        case = Case(info.full_name, dtype, index, variant, frozenset(kinds))
                         outcomes.append(run_case(fn, sample, case, backend))
     finally:
         logger.setLevel(level)
