@@ -178,11 +178,23 @@ def _rsub(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     return _binary("sub")(b, (args[1], args[0]), {}, meta, where)
 
 
+def _float_result(name: str, meta: Any, where: str) -> None:
+    """Float math whose eager result is not a float (gelu of int64) is an eager error: let eager raise it."""
+    if meta is None or not _is_float_dtype(meta.dtype):
+        raise UnsupportedOpError(f"{name} of {getattr(meta, 'dtype', 'unknown')} at `{where}` is float math; eager "
+                                 "decides (it raises for integer inputs)")
+
+
+_FLOAT_MATH = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "silu", "gelu", "reciprocal"})
+
+
 def _unary(op: str, **attrs: Any) -> Handler:
     def handler(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
         x = _arg(args, kwargs, 0, "input")
         if not _is_node(x):
             raise UnsupportedOpError(f"{op} of a Python number at `{where}`")
+        if op in _FLOAT_MATH:
+            _float_result(op, meta, where)
         dtype = meta.dtype if meta is not None else None
         return b.elementwise(op, (int(x),), dtype, **attrs)
 
@@ -269,6 +281,8 @@ def _reduction(kind: str) -> Handler:
         _last_dim(b, x, dim, where)
         keepdim = bool(_arg(args, kwargs, 2, "keepdim", False))
         n = b.spec(x).shape[-1]
+        if kind in ("mean", "logsumexp", "var", "std"):
+            _float_result(kind, meta, where)
         if kind == "sum":  # eager accumulates in the result dtype: int8/bool sums in int64, dtype= before summing
             value = b.reduce("sum", _cast_to(b, x, meta.dtype) if meta is not None else x)
         elif kind == "mean":
@@ -354,6 +368,7 @@ def _variance(b: Any, x: int, correction: float) -> int:
 
 def _softmax(log: bool, b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     x = int(args[0])
+    _float_result("log_softmax" if log else "softmax", meta, where)
     dim = _arg(args, kwargs, 1, "dim")
     _last_dim(b, x, dim if dim is not None else -1, where)
     if kwargs.get("dtype") is not None:
@@ -375,6 +390,7 @@ _handles("log_softmax")(lambda *a: _softmax(True, *a))
 @_handles("layer_norm")
 def _layer_norm(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     x = int(args[0])
+    _float_result("layer_norm", meta, where)
     normalized_shape = tuple(_arg(args, kwargs, 1, "normalized_shape"))
     weight, bias = _arg(args, kwargs, 2, "weight"), _arg(args, kwargs, 3, "bias")
     eps = float(_arg(args, kwargs, 4, "eps", 1e-5))

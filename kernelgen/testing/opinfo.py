@@ -6,7 +6,8 @@ eagerly, as given and in variants: a non-contiguous copy, NaN/±Inf written into
 extremes written into integer inputs, float inputs that require grad. Each run has one outcome:
 
 - ``pass``: a kernelgen kernel ran and equals eager (dtype, shape, structure, values within the dtype's
-  tolerance with NaN placement, input mutation), or eager raised and kernelgen raised the same type;
+  tolerance with NaN placement, input mutation), or eager raised and kernelgen raised the same type or a
+  ``KernelgenError``;
 - ``fallback``: kernelgen ran the function eagerly (``explain()['implementation'] == 'eager'``), allowed;
 - ``fail``: a mismatch, or an exception eager did not raise.
 
@@ -234,8 +235,9 @@ def run_case(fn: Callable[..., Any], sample: Any, case: Case, backend: str) -> O
     try:
         got = compiled(*inputs)
     except Exception as exc:
-        if eager_error is not None and type(exc) is type(eager_error):
-            return Outcome(case, "pass", f"raised {type(exc).__name__} like eager")
+        # eager's error type, or a KernelgenError (which names the problem and the fix, issue 15 item 4)
+        if eager_error is not None and (type(exc) is type(eager_error) or isinstance(exc, kernelgen.KernelgenError)):
+            return Outcome(case, "pass", f"raised {type(exc).__name__} where eager raised {type(eager_error).__name__}")
         return Outcome(case, "fail", f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
                        + (f" (eager raised {type(eager_error).__name__})" if eager_error else ""))
     if eager_error is not None:

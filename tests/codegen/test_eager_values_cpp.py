@@ -269,3 +269,16 @@ def test_linear_with_a_one_dimensional_weight_and_reductions_of_empty_rows():
     _same(lambda a, ww: F.linear(a, ww), x, w, kernel=False, tol=dict(rtol=1e-4, atol=1e-4))
     _same(lambda a: torch.sum(a, -1) + 1, torch.randn(4, 0), kernel=False)
     _same(lambda a: torch.logsumexp(a, -1), torch.arange(256, dtype=torch.int32).reshape(4, 64) % 7)
+
+
+@pytest.mark.parametrize("fn", [lambda a: F.gelu(a), lambda a: F.silu(a), lambda a: torch.softmax(a, -1),
+                                lambda a: torch.exp(a).sum(-1) + torch.log_softmax(a, -1)])
+def test_float_math_on_integers_raises_or_promotes_like_eager(fn):
+    x = torch.arange(12).reshape(3, 4)
+    try:
+        want = fn(x)
+    except Exception as exc:
+        with pytest.raises((type(exc), kernelgen.KernelgenError)):  # eager's error, or kernelgen's naming it
+            kernelgen.compile(fn, backend="cpp")(x)
+        return
+    torch.testing.assert_close(kernelgen.compile(fn, backend="cpp")(x), want)
