@@ -175,7 +175,8 @@ for _op, _names in {
 
 @_handles("rsub")
 def _rsub(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
-    return _binary("sub")(b, (args[1], args[0]), {}, meta, where)
+    alpha = _arg(args, kwargs, 2, "alpha", 1)  # rsub(x, y, alpha) = y - alpha * x
+    return _binary("sub")(b, (_arg(args, kwargs, 1, "other"), args[0]), {"alpha": alpha}, meta, where)
 
 
 def _float_result(name: str, meta: Any, where: str) -> None:

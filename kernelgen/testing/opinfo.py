@@ -287,10 +287,20 @@ def _compare_grads(got: Any, want: Any, inputs: list[torch.Tensor], eager_inputs
                     [w if w is not None else torch.zeros(0) for w in g_want])
 
 
+def _spread(samples: list[Any], k: int) -> list[Any]:
+    """``k`` samples evenly spaced over the list: OpInfo lists samples by rank (the reductions' first four are
+    0-d), so the first ``k`` would test one kind of input only."""
+    if len(samples) <= k:
+        return samples
+    if k == 1:
+        return samples[len(samples) // 2:][:1]
+    return [samples[round(i * (len(samples) - 1) / (k - 1))] for i in range(k)]
+
+
 def run_op(info: Any, backend: str = "cpp", dtypes: Iterable[torch.dtype] | None = None, max_samples: int = 4,
            variants: Iterable[str] = VARIANTS, max_variant_samples: int = 2) -> list[Outcome]:
-    """Outcomes of ``info``'s first ``max_samples`` samples per dtype as given, and of the first
-    ``max_variant_samples`` of them in each other variant that applies to their inputs."""
+    """Outcomes of ``max_samples`` of ``info``'s samples per dtype (spread over its list) as given, and of the
+    first ``max_variant_samples`` of those in each other variant that applies to their inputs."""
     fn = _callable(info, handled_ops())
     if fn is None:
         return []
@@ -302,7 +312,7 @@ def run_op(info: Any, backend: str = "cpp", dtypes: Iterable[torch.dtype] | None
         with warnings.catch_warnings():  # eager's own warnings on OpInfo's edge samples (var of one element...)
             warnings.simplefilter("ignore")
             for dtype in dtypes_of(info, dtypes):
-                samples = list(info.sample_inputs("cpu", dtype, requires_grad=False))[:max_samples]
+                samples = _spread(list(info.sample_inputs("cpu", dtype, requires_grad=False)), max_samples)
                 for index, sample in enumerate(samples):
                     tensors, _ = _split(sample)
                     for variant in variants:

@@ -282,3 +282,10 @@ def test_float_math_on_integers_raises_or_promotes_like_eager(fn):
             kernelgen.compile(fn, backend="cpp")(x)
         return
     torch.testing.assert_close(kernelgen.compile(fn, backend="cpp")(x), want)
+
+
+def test_rsub_keeps_its_alpha():
+    x, y = torch.randn(4, 64), torch.randn(4, 64)
+    _same(lambda a, b: torch.rsub(a, b, alpha=3), x, y)
+    _same(lambda a: torch.rsub(a, 2.5, alpha=-2), x)
+    _same(lambda a, b: torch.rsub(a, b, alpha=5), torch.arange(256).reshape(4, 64), torch.ones(4, 64, dtype=torch.int64))
