@@ -426,6 +426,8 @@ def _transpose_last(b: Any, x: int) -> int:
 def _transpose(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     x = int(args[0])
     rank = b.spec(x).rank
+    if rank < 2:  # t() / transpose(0, -1) of a 0-d or 1-d tensor is the tensor itself
+        return x
     dims = {d % rank for d in args[1:3]} if len(args) >= 3 else {rank - 2, rank - 1}
     if dims != {rank - 2, rank - 1}:
         raise UnsupportedOpError(f"transpose of dims {args[1:3]} at `{where}`; only the last two dims")

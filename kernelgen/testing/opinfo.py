@@ -118,15 +118,19 @@ def _nonfinite(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def _extremes(t: torch.Tensor) -> torch.Tensor:
-    """A copy with the dtype's min and max at fixed positions (integer tensors only)."""
+def _extremes(t: torch.Tensor, lowest: bool = True) -> torch.Tensor:
+    """A copy with the dtype's max and min (min + 1 unless ``lowest``) at fixed positions (integer tensors)."""
     t = t.clone()
     if not t.is_floating_point() and t.dtype != torch.bool and t.numel():
         info = torch.iinfo(t.dtype)
         flat = t.view(-1)
         flat[1 % flat.numel()::5] = info.max
-        flat[3 % flat.numel()::7] = info.min
+        flat[3 % flat.numel()::7] = info.min if lowest or info.min == 0 else info.min + 1
     return t
+
+
+# Eager's integer division traps (SIGFPE, the process dies) on INT_MIN / -1, so these ops get min + 1
+_INTEGER_DIVISION = frozenset({"div", "floor_divide", "remainder", "fmod"})
 
 
 _TRANSFORMS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -215,6 +219,8 @@ def run_case(fn: Callable[..., Any], sample: Any, case: Case, backend: str) -> O
     """Run one (sample, variant) through kernelgen and eagerly and classify the outcome."""
     tensors, rebuild = _split(sample)
     transform = _TRANSFORMS[case.variant]
+    if case.variant == "extremes" and case.op.split(".")[0] in _INTEGER_DIVISION:
+        transform = functools.partial(_extremes, lowest=False)
     inputs = [transform(t.detach()) for t in tensors]
 
     def call(*ts: Any) -> Any:

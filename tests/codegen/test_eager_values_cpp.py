@@ -289,3 +289,10 @@ def test_rsub_keeps_its_alpha():
     _same(lambda a, b: torch.rsub(a, b, alpha=3), x, y)
     _same(lambda a: torch.rsub(a, 2.5, alpha=-2), x)
     _same(lambda a, b: torch.rsub(a, b, alpha=5), torch.arange(256).reshape(4, 64), torch.ones(4, 64, dtype=torch.int64))
+
+
+def test_transpose_of_low_rank_tensors():
+    x = torch.randn(64)
+    _same(lambda a: torch.transpose(a, 0, -1) + 1, x)
+    _same(lambda a: a.t() * 2, x)
+    _same(lambda a: torch.transpose(a, 0, -1) * 2, torch.tensor(3.0))  # 0-d: was a ZeroDivisionError
