@@ -144,6 +144,12 @@ _FLOAT_RANK = {"bool": 0, "uint8": 1, "int8": 1, "int16": 2, "int32": 3, "int64"
                "float16": 5, "bfloat16": 5, "float32": 6, "float64": 7}
 
 
+def _default_float_dtype() -> str:
+    import torch
+
+    return str(torch.get_default_dtype()).removeprefix("torch.")
+
+
 def _is_float(dtype: str) -> bool:
     return dtype.startswith("float") or dtype == "bfloat16"
 
@@ -191,11 +197,16 @@ class _Builder:
         return self.add(op, (x,), TensorSpec(spec.shape[:-1] + (1,), spec.dtype))
 
     def scalar_or_node(self, value: Any, like: int) -> int:
+        """A Python scalar as a const in the dtype eager gives ``tensor(like) op value`` (torch.result_type:
+        a scalar only lifts the tensor's category: an int to a bool tensor gives int64, a float to an integer
+        or bool tensor gives the default float dtype)."""
         if isinstance(value, _NodeRef):
             return int(value)
         dtype = self.spec(like).dtype
         if isinstance(value, float) and not _is_float(dtype):
-            dtype = "float32"
+            dtype = _default_float_dtype()
+        elif isinstance(value, int) and not isinstance(value, bool) and dtype == "bool":
+            dtype = "int64"
         return self.const(value, dtype)
 
 

@@ -27,10 +27,14 @@ def _handles(*names: str) -> Callable[[Handler], Handler]:
     return register
 
 
+# Methods whose arguments are not the function's: x.where(cond, y) is torch.where(cond, x, y)
+_METHOD_NAMES = {"where": "Tensor.where"}
+
+
 def _canonical_name(kind: str, target: Any) -> str:
     """'add', 'softmax', 'gelu', ... for a call_function target or a call_method name."""
     if kind == "call_method":
-        return str(target)
+        return _METHOD_NAMES.get(str(target), str(target))
     if kind == "call_function":
         if target is operator.getitem:
             return "getitem"
@@ -43,8 +47,19 @@ def _canonical_name(kind: str, target: Any) -> str:
             return special[target]
         if getattr(target, "_kernelgen_custom_call", False):  # set on kernelgen.custom_call
             return "custom_call"
-        return getattr(target, "__name__", str(target))
+        name = getattr(target, "__name__", None)
+        if name is not None and any(getattr(ns, name, None) is target for ns in _torch_namespaces()):
+            return name
+        # torch.masked.sum, a user's own `sum`...: same __name__, other semantics (a mask), so not the handler's op
+        return f"{getattr(target, '__module__', None) or ''}.{name or target}".lstrip(".")
     raise UnsupportedOpError(f"fx node kind {kind!r} is not supported")
+
+
+def _torch_namespaces() -> tuple[Any, ...]:
+    """Where the functions the handlers are named after live: a call target is the op only if it is one of these."""
+    import torch
+
+    return (torch, torch.nn.functional, torch.special, torch._C._nn, torch._C._special, torch.Tensor)
 
 
 def lower(b: Any, kind: str, target: Any, args: tuple, kwargs: dict, meta: TensorSpec | None, where: str) -> Any:
@@ -54,6 +69,7 @@ def lower(b: Any, kind: str, target: Any, args: tuple, kwargs: dict, meta: Tenso
     if kind == "get_attr":
         raise UnsupportedOpError(f"module attribute {target!r} at {where}; pass tensors as function arguments")
     name = _canonical_name(kind, target)
+    _refuse_mutation(name, kwargs, where)
     handler = _HANDLERS.get(name)
     if handler is None:
         raise UnsupportedOpError(f"unsupported op {name!r} at `{where}`; supported: {', '.join(sorted(_HANDLERS))}")
@@ -62,6 +78,17 @@ def lower(b: Any, kind: str, target: Any, args: tuple, kwargs: dict, meta: Tenso
             and name not in ("size", "dim", "getattr"):
         result = _NodeRef(result)
     return result
+
+
+def _refuse_mutation(name: str, kwargs: dict, where: str) -> None:
+    """Kernels only write their own outputs: an op that writes into a tensor (``x.relu_()``, ``out=``,
+    ``inplace=True``) would lose eager's mutation, so the graph runs eagerly instead."""
+    if kwargs.get("out") is not None or kwargs.get("inplace") is True:
+        raise UnsupportedOpError(f"`{where}` writes into an existing tensor (out= / inplace=True); kernelgen "
+                                 "kernels do not mutate tensors, so this graph runs eagerly: return a new tensor instead")
+    if name.endswith("_") and not name.startswith("__"):
+        raise UnsupportedOpError(f"in-place op {name!r} at `{where}`; kernelgen kernels do not mutate tensors, so "
+                                 f"this graph runs eagerly: use {name.rstrip('_')!r}, which returns a new tensor")
 
 
 def _ref(x: Any) -> Any:
@@ -74,6 +101,10 @@ def _is_node(x: Any) -> bool:
     from kernelgen.ir import _NodeRef
 
     return isinstance(x, _NodeRef)
+
+
+def _is_float_dtype(dtype: str) -> bool:
+    return dtype.startswith("float") or dtype == "bfloat16"
 
 
 def _arg(args: tuple, kwargs: dict, index: int, name: str, default: Any = None) -> Any:
@@ -93,6 +124,10 @@ def _operand(b: Any, value: Any, like: Any) -> int:
 
 def _last_dim(b: Any, x: int, dim: Any, where: str) -> None:
     rank = b.spec(x).rank
+    if rank == 0:
+        raise UnsupportedOpError(f"reduction of a 0-d tensor at `{where}`; reductions run over a last dimension")
+    if b.spec(x).shape[-1] == 0:  # eager: sum 0, mean nan, amax an error; kernels reduce non-empty rows
+        raise UnsupportedOpError(f"reduction over an empty last dimension at `{where}`")
     dims = dim if isinstance(dim, (tuple, list)) else (dim,)
     if len(dims) != 1 or dims[0] not in (-1, rank - 1):
         raise UnsupportedOpError(f"reduction over dim={dim} at `{where}`; only the last dimension (dim=-1) "
@@ -113,6 +148,11 @@ def _binary(op: str) -> Handler:
         x, y = _arg(args, kwargs, 0, "input"), _arg(args, kwargs, 1, "other")
         if not _is_node(x) and not _is_node(y):
             raise UnsupportedOpError(f"{op} of two Python numbers at `{where}`")
+        if op == "div" and kwargs.get("rounding_mode") is not None:
+            raise UnsupportedOpError(f"div(rounding_mode={kwargs['rounding_mode']!r}) at `{where}`; only true division "
+                                     "is lowered")
+        if op == "pow" and _is_node(x) and isinstance(y, int) and y < 0 and not _is_float_dtype(b.spec(int(x)).dtype):
+            raise UnsupportedOpError(f"integer tensor to the negative power {y} at `{where}` (eager raises for it)")
         like = x if _is_node(x) else y
         a, c = _operand(b, x, like), _operand(b, y, like)
         alpha = kwargs.get("alpha", 1)
@@ -135,7 +175,18 @@ for _op, _names in {
 
 @_handles("rsub")
 def _rsub(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
-    return _binary("sub")(b, (args[1], args[0]), {}, meta, where)
+    alpha = _arg(args, kwargs, 2, "alpha", 1)  # rsub(x, y, alpha) = y - alpha * x
+    return _binary("sub")(b, (_arg(args, kwargs, 1, "other"), args[0]), {"alpha": alpha}, meta, where)
+
+
+def _float_result(name: str, meta: Any, where: str) -> None:
+    """Float math whose eager result is not a float (gelu of int64) is an eager error: let eager raise it."""
+    if meta is None or not _is_float_dtype(meta.dtype):
+        raise UnsupportedOpError(f"{name} of {getattr(meta, 'dtype', 'unknown')} at `{where}` is float math; eager "
+                                 "decides (it raises for integer inputs)")
+
+
+_FLOAT_MATH = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "silu", "gelu", "reciprocal"})
 
 
 def _unary(op: str, **attrs: Any) -> Handler:
@@ -143,6 +194,8 @@ def _unary(op: str, **attrs: Any) -> Handler:
         x = _arg(args, kwargs, 0, "input")
         if not _is_node(x):
             raise UnsupportedOpError(f"{op} of a Python number at `{where}`")
+        if op in _FLOAT_MATH:
+            _float_result(op, meta, where)
         dtype = meta.dtype if meta is not None else None
         return b.elementwise(op, (int(x),), dtype, **attrs)
 
@@ -150,7 +203,7 @@ def _unary(op: str, **attrs: Any) -> Handler:
 
 
 for _op in ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "relu", "silu", "reciprocal"):
-    _handles(_op, f"{_op}_")(_unary(_op))
+    _handles(_op)(_unary(_op))
 _handles("negative")(_unary("neg"))
 _handles("special_erf")(_unary("erf"))
 
@@ -166,6 +219,8 @@ def _gelu(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
 @_handles("square")
 def _square(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     x = int(args[0])
+    if meta is not None:  # square(bool) is int64 in eager (it is pow(x, 2))
+        x = _cast_to(b, x, meta.dtype)
     return b.elementwise("mul", (x, x))
 
 
@@ -188,6 +243,12 @@ def _where(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     like = x if _is_node(x) else (y if _is_node(y) else cond)
     dtype = meta.dtype if meta is not None else None
     return b.elementwise("where", (int(cond), _operand(b, x, like), _operand(b, y, like)), dtype)
+
+
+@_handles("Tensor.where")
+def _tensor_where(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    x, cond, other = (_arg(args, kwargs, i, n) for i, n in enumerate(("self", "condition", "other")))
+    return _where(b, (cond, x, other), {}, meta, where)
 
 
 def _cast_to(b: Any, x: int, dtype: str) -> int:
@@ -216,34 +277,36 @@ def _reduction(kind: str) -> Handler:
     def handler(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
         x = int(args[0])
         dim = _arg(args, kwargs, 1, "dim", None)
-        if dim is None:
+        if dim is None or isinstance(dim, bool):  # std(x, True): the overload whose 2nd argument is `unbiased`
             raise UnsupportedOpError(f"{kind} over all dimensions at `{where}`; reduce with dim=-1")
         _last_dim(b, x, dim, where)
         keepdim = bool(_arg(args, kwargs, 2, "keepdim", False))
         n = b.spec(x).shape[-1]
-        if kind == "sum":
-            value = b.reduce("sum", x)
+        if kind in ("mean", "logsumexp", "var", "std"):
+            _float_result(kind, meta, where)
+        if kind == "sum":  # eager accumulates in the result dtype: int8/bool sums in int64, dtype= before summing
+            value = b.reduce("sum", _cast_to(b, x, meta.dtype) if meta is not None else x)
         elif kind == "mean":
             value = b.elementwise("mul", (b.reduce("sum", x), b.scalar_or_node(1.0 / n, x)))
         elif kind in ("amax", "max"):
             value = b.reduce("max", x)
         elif kind in ("amin", "min"):
             value = b.reduce("min", x)
-        elif kind == "logsumexp":
-            value = _logsumexp(b, x)
+        elif kind == "logsumexp":  # of integers too: eager computes it in the default float dtype
+            value = _logsumexp(b, _cast_to(b, x, meta.dtype) if meta is not None else x)
         else:  # var, std
+            # var(x, dim, unbiased, keepdim) positionally, or correction= / unbiased= / keepdim= by keyword
             correction = kwargs.get("correction")
             if correction is None:
-                unbiased = _arg(args, kwargs, 2, "unbiased", True) if "unbiased" in kwargs else True
-                correction = 1 if unbiased else 0
-            keepdim = bool(kwargs.get("keepdim", False))
+                correction = 1 if _arg(args, kwargs, 2, "unbiased", True) else 0
+            keepdim = bool(_arg(args, kwargs, 3, "keepdim", False))
             value = _variance(b, x, correction)
             if kind == "std":
                 value = b.elementwise("sqrt", (value,))
         if meta is not None:
             value = _cast_to(b, value, meta.dtype)
         result = _finish_reduction(b, value, keepdim)
-        return (result, None) if kind in ("max", "min") else result
+        return (_ref(result), None) if kind in ("max", "min") else result
 
     return handler
 
@@ -288,7 +351,11 @@ def _getattr(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> Any:
 def _logsumexp(b: Any, x: int) -> int:
     m = b.reduce("max", x)
     s = b.reduce("sum", b.elementwise("exp", (b.elementwise("sub", (x, m)),)))
-    return b.elementwise("add", (m, b.elementwise("log", (s,))))
+    lse = b.elementwise("add", (m, b.elementwise("log", (s,))))
+    # A row whose max is +-inf gives that inf in eager (which shifts by 0 there), where x - m is inf - inf = nan:
+    # all +inf gives inf, all -inf gives -inf. A nan max (a nan in the row) stays nan.
+    infinite = b.elementwise("eq", (b.elementwise("abs", (m,)), b.const(math.inf, b.spec(m).dtype)))
+    return b.elementwise("where", (infinite, m, lse))
 
 
 def _variance(b: Any, x: int, correction: float) -> int:
@@ -302,6 +369,7 @@ def _variance(b: Any, x: int, correction: float) -> int:
 
 def _softmax(log: bool, b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     x = int(args[0])
+    _float_result("log_softmax" if log else "softmax", meta, where)
     dim = _arg(args, kwargs, 1, "dim")
     _last_dim(b, x, dim if dim is not None else -1, where)
     if kwargs.get("dtype") is not None:
@@ -323,6 +391,7 @@ _handles("log_softmax")(lambda *a: _softmax(True, *a))
 @_handles("layer_norm")
 def _layer_norm(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     x = int(args[0])
+    _float_result("layer_norm", meta, where)
     normalized_shape = tuple(_arg(args, kwargs, 1, "normalized_shape"))
     weight, bias = _arg(args, kwargs, 2, "weight"), _arg(args, kwargs, 3, "bias")
     eps = float(_arg(args, kwargs, 4, "eps", 1e-5))
@@ -357,6 +426,8 @@ def _transpose_last(b: Any, x: int) -> int:
 def _transpose(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     x = int(args[0])
     rank = b.spec(x).rank
+    if rank < 2:  # t() / transpose(0, -1) of a 0-d or 1-d tensor is the tensor itself
+        return x
     dims = {d % rank for d in args[1:3]} if len(args) >= 3 else {rank - 2, rank - 1}
     if dims != {rank - 2, rank - 1}:
         raise UnsupportedOpError(f"transpose of dims {args[1:3]} at `{where}`; only the last two dims")
@@ -366,6 +437,9 @@ def _transpose(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
 @_handles("unsqueeze", "view", "reshape", "squeeze", "expand_as")
 def _reshape(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     x = int(args[0])
+    if meta is None or meta.dtype != b.spec(x).dtype:  # x.view(torch.int32) reinterprets bits, it is no cast
+        raise UnsupportedOpError(f"`{where}` reinterprets the bits of {b.spec(x).dtype} as another dtype; "
+                                 "kernelgen has no bitcast, so this graph runs eagerly")
     old, new = b.spec(x).shape, meta.shape
     if [s for s in old if s != 1] != [s for s in new if s != 1] or not b.spec(x).is_contiguous:
         raise UnsupportedOpError(f"reshape {list(old)} -> {list(new)} at `{where}`; only adding or dropping "
@@ -387,6 +461,9 @@ def _matmul(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
 @_handles("linear")
 def _linear(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     x, w = int(args[0]), int(args[1])
+    if b.spec(x).rank < 2 or b.spec(w).rank != 2:
+        raise UnsupportedOpError(f"linear of a rank-{b.spec(x).rank} input and a rank-{b.spec(w).rank} weight at "
+                                 f"`{where}`; the GEMM needs a rank >= 2 input and a 2-d weight")
     bias = _arg(args, kwargs, 2, "bias")
     out_spec = TensorSpec(meta.shape, meta.dtype)
     y = b.add("matmul", (x, _transpose_last(b, w)), out_spec)
@@ -437,3 +514,13 @@ def _size(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> Any:
     spec = b.spec(int(args[0]))
     dim = _arg(args, kwargs, 1, "dim")
     return spec.shape if dim is None else spec.shape[dim]
+
+
+def op_name(target: Any) -> str:
+    """The handler name a call of function ``target`` is lowered by ('gelu' for F.gelu); unhandled names too."""
+    return _canonical_name("call_function", target)
+
+
+def handled_ops() -> frozenset[str]:
+    """Names of every PyTorch op (function or method) the lowering has a handler for."""
+    return frozenset(_HANDLERS)

@@ -12,8 +12,10 @@ Typical use inside a loop body whose index is ``i``::
     lines.append(store(out_dtype, "out0[i]", env[graph.outputs[0]]))      # env now names every emitted node
 
 Leaves in ``env`` must already be in ``compute_type`` of their node's dtype (``load`` converts for you).
-The emitted code is plain scalar C++: inside a simple counted loop gcc -O3 -ffast-math vectorises it and
-calls libmvec for expf/logf/erff/tanhf. Three float cases use inline approximations from ``PRELUDE`` that
+The emitted code is plain scalar C++: inside a simple counted loop gcc -O3 -ffast-math -fno-finite-math-only
+vectorises it and calls libmvec for expf/logf/erff/tanhf (declared in ``PRELUDE``). Values follow eager
+PyTorch, NaN and ±Inf included: max/min/relu/clamp propagate NaN, integer pow and overflow wrap around
+(two's complement, with -fwrapv). Three float cases use inline approximations from ``PRELUDE`` that
 gcc vectorises in place instead: softmax's exp(x - max(x)) (kg_exp_nonpos_f) and gelu's erf and tanh
 (kg_erff_approx / kg_tanhf_approx).
 """
@@ -30,6 +32,22 @@ PRELUDE = r"""
 #include <cstring>
 #include <cmath>
 #include <omp.h>
+
+// glibc declares its vector math (libmvec) only under __FAST_MATH__, which -fno-finite-math-only turns off;
+// declared here, gcc vectorises expf/logf/tanhf/erff loops again. libmvec keeps nan and +-inf like libm
+// (its special cases fall back to the scalar function). tanh and erf entered libmvec in glibc 2.35.
+#if defined(__x86_64__) && defined(__GLIBC__) && !defined(__FAST_MATH__)
+#define KG_SIMD __attribute__((__simd__("notinbranch")))
+extern "C" {
+KG_SIMD float expf(float) noexcept; KG_SIMD double exp(double) noexcept;
+KG_SIMD float logf(float) noexcept; KG_SIMD double log(double) noexcept;
+KG_SIMD float powf(float, float) noexcept; KG_SIMD double pow(double, double) noexcept;
+#if __GLIBC_PREREQ(2, 35)
+KG_SIMD float tanhf(float) noexcept; KG_SIMD double tanh(double) noexcept;
+KG_SIMD float erff(float) noexcept; KG_SIMD double erf(double) noexcept;
+#endif
+}
+#endif
 
 // float16 <-> float with integer bit tricks: gcc vectorises these (it does not vectorise _Float16 casts).
 static inline float kg_h2f(uint16_t h) {
@@ -62,20 +80,28 @@ static inline uint16_t kg_f2bf(float x) {
   const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   return (uint16_t)(((u & 0x7fffffffu) > 0x7f800000u) ? ((u >> 16) | 0x40u) : r);
 }
-// min(x, cap) that keeps a nan x nan: -ffast-math lets a plain min or isnan return anything for nan, so
-// nan is recognised from the bits.
-static inline float kg_capf(float x, float cap) {
-  return (__builtin_bit_cast(uint32_t, x) & 0x7fffffffu) > 0x7f800000u ? x : (x > cap ? cap : x);
-}
-static inline double kg_cap(double x, double cap) {
-  return (__builtin_bit_cast(uint64_t, x) << 1) > (0x7ff0000000000000ull << 1) ? x : (x > cap ? cap : x);
+// Sources are compiled with -ffast-math -fno-finite-math-only (see backends/cpp.py), so comparisons see nan
+// and these plain selects compile to vector compare + blend. fmaxf/fminf would drop a nan (eager propagates
+// it) and are scalar libm calls without -ffinite-math-only. The nested form is deliberate: gcc 12 did not
+// vectorise `(a > b | a != a) ? a : b` in a loop that also held relu's select; this form it does.
+static inline float kg_maxf(float a, float b) { return b != b ? b : (a < b ? b : a); }  // nan from either side
+static inline float kg_minf(float a, float b) { return b != b ? b : (b < a ? b : a); }
+static inline double kg_max(double a, double b) { return b != b ? b : (a < b ? b : a); }
+static inline double kg_min(double a, double b) { return b != b ? b : (b < a ? b : a); }
+// Integer pow as eager computes it: wraps around (two's complement, by square-and-multiply in uint64 then
+// truncation, which is exact modulo 2^bits); a negative exponent gives 1 for base 1, +-1 for base -1, else 0.
+static inline int64_t kg_ipow(int64_t base, int64_t e) {
+  if (e < 0) return base == 1 ? 1 : (base == -1 ? ((e & 1) ? -1 : 1) : 0);
+  uint64_t r = 1, b = (uint64_t)base;
+  for (; e; e >>= 1, b *= b) if (e & 1) r *= b;
+  return (int64_t)r;
 }
 // e^x for x <= 0 (softmax's x - max(x)), inline: gcc vectorises it in the loop, where libmvec's expf is a
 // call that spills the loop's vectors (logsumexp [8192, 4096] fp32: 18.0 -> 15.2 ms). x = k ln2 + r with
 // |r| <= ln2/2 and e^r = 1 + r + r^2 q(r), q fitted for least relative error (3.8e-9 before float rounding);
 // 2^k goes straight into the exponent bits, valid for k >= -125, so x below -86.6 gives 0 (e^x < 2.4e-38).
 static inline float kg_exp_nonpos_f(float x) {
-  const float xc = x < -86.6f ? -86.6f : x;
+  const float xc = x > -86.6f ? x : -86.6f;  // nan: any finite k, the result is replaced below
   const float k = __builtin_rintf(xc * 1.44269504088896341f);
   float r = __builtin_fmaf(k, -0.693145751953125f, xc);  // ln2 in two parts: k * high part is exact
   r = __builtin_fmaf(k, -1.428606765330187045e-06f, r);
@@ -86,7 +112,9 @@ static inline float kg_exp_nonpos_f(float x) {
   q = __builtin_fmaf(q, r, 0.4999999403953552f);
   const float p = __builtin_fmaf(r * r, q, r) + 1.0f;
   const float e = __builtin_bit_cast(float, __builtin_bit_cast(int32_t, p) + ((int32_t)k << 23));
-  return x < -86.6f ? 0.0f : e;
+  const float z = x < -86.6f ? 0.0f : e;
+  return x != x ? x : z;  // nan (a nan in the row, or inf - inf) stays nan; as one nested select gcc 12
+                          // did not vectorise softmax's exp-and-sum loop (14x slower)
 }
 // erf and tanh for float gelu, which on libmvec erff / expf was compute-bound: odd rationals a P(a^2) / Q(a^2)
 // of a = |x| clamped where the float result is 1 (fitted by tools/fit_rationals.py), which gcc inlines and
@@ -97,16 +125,16 @@ static inline float kg_exp_nonpos_f(float x) {
 static inline float kg_odd_result(float x, float a, float clamp, float r) {  // clamp, sign and nan for both
   r = a >= clamp ? 1.0f : r;
   r = __builtin_bit_cast(float, __builtin_bit_cast(uint32_t, r) | (__builtin_bit_cast(uint32_t, x) & 0x80000000u));
-  return (__builtin_bit_cast(uint32_t, x) & 0x7fffffffu) > 0x7f800000u ? x : r;  // nan from the bits (fast-math)
+  return x != x ? x : r;
 }
 static inline float kg_erff_approx(float x) {
-  const float a = fminf(fabsf(x), 3.92f), t = a * a;
+  const float a = kg_minf(fabsf(x), 3.92f), t = a * a;
   const float p = ((((2.0538782e-06f * t + 0.00028433884f) * t + 0.003742843f) * t + 0.05267932f) * t + 0.18987969f) * t + 1.1283792f;
   const float q = ((((3.81022e-05f * t + 0.0011569319f) * t + 0.014924014f) * t + 0.11389144f) * t + 0.50160944f) * t + 1.0f;
   return kg_odd_result(x, a, 3.92f, a * p / q);
 }
 static inline float kg_tanhf_approx(float x) {
-  const float a = fminf(fabsf(x), 9.0f), t = a * a;
+  const float a = kg_minf(fabsf(x), 9.0f), t = a * a;
   const float p = (((1.34198235e-08f * t + 2.0661264e-05f) * t + 0.0034989961f) * t + 0.1338398f) * t + 1.0f;
   const float q = (((7.80473e-07f * t + 0.00032910384f) * t + 0.025890207f) * t + 0.467173f) * t + 1.0f;
   return kg_odd_result(x, a, 9.0f, a * p / q);
@@ -123,7 +151,7 @@ _RANK = {"bool": 0, "uint8": 1, "int8": 1, "int16": 2, "int32": 3, "int64": 4,
 
 # libm names per compute type: float math stays in float (expf, not exp) so gcc can use libmvec.
 _FLOAT_FN = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "tanh": "tanhf", "erf": "erff", "abs": "fabsf",
-             "max": "fmaxf", "min": "fminf", "pow": "powf"}
+             "max": "kg_maxf", "min": "kg_minf", "pow": "powf"}
 _DOUBLE_FN = {k: v[:-1] if k != "abs" else "fabs" for k, v in _FLOAT_FN.items()}
 _DOUBLE_FN["abs"] = "fabs"
 
@@ -265,7 +293,7 @@ def op_expr(graph: Graph, node_id: int, args: Sequence[str]) -> str:
     if op == "abs":
         return f"{fn['abs']}({x})" if floating else f"({x} < 0 ? ({ctype})-{x} : {x})"
     if op == "relu":
-        return f"{fn['max']}({x}, ({ctype})0)" if floating else f"({x} > 0 ? {x} : ({ctype})0)"
+        return f"({x} < 0 ? ({ctype})0 : {x})"  # nan < 0 is false: relu(nan) is nan, as in eager
     if op == "pow":
         return _pow(graph, node, xs, fn, ctype, floating)
     if not floating:  # remaining ops are float math; the IR gives them a float dtype
@@ -279,11 +307,9 @@ def op_expr(graph: Graph, node_id: int, args: Sequence[str]) -> str:
     if op == "reciprocal":
         return f"({one} / {x})"
     if op == "sigmoid":
-        return f"({one} / ({one} + {_capped_exp(fn, f'-{x}', ctype)}))"
+        return f"({one} / ({one} + {fn['exp']}(-{x})))"
     if op == "silu":
-        # x floored like the exp is capped: silu(-1e38) was -1e38 / e^80 = -1800, now -80 / e^80
-        floor = literal(-80.0 if ctype == "float" else -700.0, operand)
-        return f"({fn['max']}({x}, {floor}) / ({one} + {_capped_exp(fn, f'-{x}', ctype)}))"
+        return f"({x} / ({one} + {fn['exp']}(-{x})))"  # silu(-inf) = -inf / inf = nan, as in eager
     if op == "gelu":
         if node.attr("approximate", "none") == "tanh":
             if ctype == "float":  # the inline tanh is ~1.7x faster than the exp form below
@@ -291,7 +317,7 @@ def op_expr(graph: Graph, node_id: int, args: Sequence[str]) -> str:
                 return f"({half} * {x} * ({one} + kg_tanhf_approx({c0} * ({x} + {c1} * {x} * {x} * {x}))))"
             # 0.5 x (1 + tanh(u)) == x / (1 + exp(-2u)): one exp instead of a (3x slower) vector tanh
             c0, c1 = literal(-2.0 * math.sqrt(2.0 / math.pi), operand), literal(0.044715, operand)
-            return f"({x} / ({one} + {_capped_exp(fn, f'{c0} * ({x} + {c1} * {x} * {x} * {x})', ctype)}))"
+            return f"({x} / ({one} + {fn['exp']}({c0} * ({x} + {c1} * {x} * {x} * {x}))))"
         erf = "kg_erff_approx" if ctype == "float" else fn["erf"]  # ~2.5x faster than with libmvec erff
         return f"({half} * {x} * ({one} + {erf}({x} * {literal(math.sqrt(0.5), operand)})))"
     raise ValueError(f"op {op} at %{node_id} has no C++ rule")
@@ -304,17 +330,6 @@ def _is_minus_its_max(graph: Graph, node_id: int) -> bool:
         return False
     a, m = node.inputs
     return graph.nodes[m].op == "max" and graph.nodes[m].inputs[0] == a
-
-
-def _capped_exp(fn: dict, arg: str, ctype: str) -> str:
-    """exp(arg) for a denominator ``1 + exp(arg)``, with arg capped at 80 (700 in double).
-
-    Under -ffast-math gcc divides by a reciprocal estimate, so y / (1 + inf) becomes y * 0 * inf = nan:
-    sigmoid(-100) was nan. e^80 (e^700) keeps the denominator finite and changes the quotient by less than
-    1e-34 (1e-304); a nan argument stays nan.
-    """
-    cap = "kg_capf({}, 80.0f)" if ctype == "float" else "kg_cap({}, 700.0)"
-    return f"{fn['exp']}({cap.format(arg)})"
 
 
 def _pow(graph: Graph, node: Node, xs: Sequence[str], fn: dict, ctype: str, floating: bool) -> str:
@@ -336,7 +351,7 @@ def _pow(graph: Graph, node: Node, xs: Sequence[str], fn: dict, ctype: str, floa
             return f"(({ctype})1 / ({x} * {x}))"
     if floating:
         return f"{fn['pow']}({x}, {xs[1]})"
-    return f"(({ctype})std::pow((double){x}, (double){xs[1]}))"
+    return f"(({ctype})kg_ipow((int64_t){x}, (int64_t){xs[1]}))"
 
 
 def dag_nodes(graph: Graph, roots: Iterable[int], available: Iterable[int]) -> list[int]:

@@ -220,9 +220,9 @@ def _combine(op: str, dtype: str, acc: str, value: str) -> str:
     if op == "sum":
         return f"{acc} += ({ctype}){value};"
     cmp = ">" if op == "max" else "<"
-    if cpp_expr.is_float(dtype):
+    if cpp_expr.is_float(dtype):  # nan-propagating, as amax/amin: see kg_maxf in cpp_expr.PRELUDE
         fn = {"float": "f", "double": ""}[ctype]
-        return f"{acc} = {'fmax' if op == 'max' else 'fmin'}{fn}({acc}, {value});"
+        return f"{acc} = kg_{op}{fn}({acc}, {value});"
     return f"{acc} = {value} {cmp} {acc} ? ({ctype}){value} : {acc};"
 
 
@@ -271,7 +271,9 @@ class _Row:
         stores = [f"cache{i}[j] = {env[i]};" for i in store]
         hi = hi or str(self.n)
         lanes = REDUCE_LANES
-        laned = list(reductions) if partials else []  # the reductions that go through partial accumulators
+        # the reductions that go through partial accumulators; float max/min always do: their nan-propagating
+        # select is not a reduction gcc recognises, but lanes of partials are plain elementwise selects
+        laned = list(reductions) if partials else [r for r in reductions if self.g.nodes[r].op != "sum"]
         for r in laned:
             node = self.g.nodes[r]
             self.lines.append(f"{indent}{_ctype(self.g, r)} acc{r}_l[{lanes}];")
@@ -345,7 +347,7 @@ class _Row:
         tail += [_combine("max", g.nodes[m].spec.dtype, f"cm{m}", f"{{n{g.nodes[m].inputs[0]}}}") for m in maxes]
         self.loop([g.nodes[r].inputs[0] for r in plain], tail, "c0", "c1", "        ", prefetch=prefetch)
         for m in maxes:
-            fn = "fmaxf" if _ctype(g, m) == "float" else "fmax"
+            fn = "kg_maxf" if _ctype(g, m) == "float" else "kg_max"
             self.lines.append(f"        const {_ctype(g, m)} mn{m} = {fn}(acc{m}, cm{m});")
         for s in sums:
             self.lines.append(f"        {_ctype(g, s)} cs{s} = 0;")
@@ -356,7 +358,9 @@ class _Row:
         for s in sums:
             m = pairs[s]
             exp = "expf" if _ctype(g, s) == "float" else "exp"
-            self.lines.append(f"        acc{s} = acc{s} * {exp}(acc{m} - mn{m}) + cs{s};")
+            # an unchanged max rescales by 1: with -inf - -inf = nan, a row starting with a chunk of -inf lost
+            # its sum (eager softmax is finite there)
+            self.lines.append(f"        acc{s} = (acc{m} == mn{m} ? acc{s} : acc{s} * {exp}(acc{m} - mn{m})) + cs{s};")
         for m in maxes:
             self.lines.append(f"        acc{m} = mn{m};")
         self.env = saved
