@@ -21,10 +21,6 @@ from kernelgen.testing import opinfo  # noqa: E402  (after the skip: it imports 
 
 MAX_SAMPLES = 1  # per op and dtype; kernels are the cost (one g++ run per new graph and signature)
 VARIANT_SAMPLES = 1
-# Input kinds kernelgen's dispatch owns (issue 15 item 3, autograd: the "front" work): failures there are reported
-# by a skip with the list, not asserted here, until that work lands. 0-d and empty inputs pass already, so
-# they are asserted like any other.
-OWNED_ELSEWHERE = frozenset({"grad"})
 
 
 def _describe(o: opinfo.Outcome) -> str:
@@ -42,9 +38,5 @@ def test_lowered_op_matches_eager_on_opinfo_samples(name):
     outcomes = [o for info in infos for o in opinfo.run_op(info, "cpp", max_samples=MAX_SAMPLES,
                                                              max_variant_samples=VARIANT_SAMPLES)]
     assert outcomes
-    fails = [o for o in outcomes if o.status == "fail" and not o.case.kinds & OWNED_ELSEWHERE]
+    fails = [o for o in outcomes if o.status == "fail"]
     assert not fails, "kernelgen differs from eager:\n" + "\n".join(map(_describe, fails))
-    deferred = [o for o in outcomes if o.status == "fail"]
-    if deferred:
-        pytest.skip(f"{len(deferred)} failing samples with inputs that require grad (dispatch's part of issue 15): "
-                    + "; ".join(map(_describe, deferred[:3])))

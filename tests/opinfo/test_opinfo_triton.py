@@ -25,12 +25,9 @@ pytestmark = pytest.mark.skipif(not (interpreter_active() or torch.cuda.is_avail
                                 reason="triton was imported before TRITON_INTERPRET=1 was set")
 
 DTYPES = (torch.float32, torch.float16, torch.int32)
-VARIANTS = ("sample", "noncontig", "nonfinite", "extremes")  # "grad" is dispatch's part of issue 15
+VARIANTS = ("sample", "noncontig", "nonfinite", "extremes")  # "grad": asserted on the C++ backend (same dispatch path)
 # lowered op -> why it fails on Triton only (C++ passes the same samples); for the Triton renderer's owner
-KNOWN_TRITON = {
-    "pow": "integer pow goes through float pow and truncates (5 ** 2 -> 24) and does not wrap around; "
-           "codegen/triton_expr.py",
-}
+KNOWN_TRITON: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("name", sorted(handled_ops()))

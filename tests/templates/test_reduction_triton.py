@@ -206,9 +206,6 @@ def test_nan_and_inf_rows_land_where_eager_puts_them(name, config):
     run_like_eager(SPECIAL_FNS[name], special_rows(), torch.rand(70, device=DEVICE) + 0.5, config=config)
 
 
-@pytest.mark.xfail(reason="torch.logsumexp is lowered as max + log(sum(exp(x - max))): an all-inf row is NaN in "
-                          "the graph itself; fixed in lowering.py (branch wip-values), then this passes",
-                   strict=False)
 @pytest.mark.parametrize("config", [None, LOOP], ids=["single_pass", "looped"])
 def test_logsumexp_of_infinite_rows_is_infinite_like_eager(config):
     run_like_eager(lambda x: torch.logsumexp(x, -1), special_rows(), config=config)
