@@ -57,7 +57,11 @@ def _eval_node(torch: Any, ops: dict, node: Node, values: list, inputs: Sequence
         t = inputs[node.attr("index")]
         return t.to(_compute_dtype(torch, t.dtype))
     if op == "const":
-        return torch.tensor(_const(node.attr("value")), dtype=_compute_dtype(torch, dtype))
+        value = _const(node.attr("value"))
+        if isinstance(value, int) and not isinstance(value, bool) and not dtype.is_floating_point and dtype != torch.bool:
+            # eager wraps a Python int into the tensor's integer dtype (int8 x - 2**40 is x - 0): so does the IR
+            return torch.tensor(value, dtype=torch.int64).to(dtype)
+        return torch.tensor(value, dtype=_compute_dtype(torch, dtype))
     if op == "cast":
         return args[0].to(dtype).to(_compute_dtype(torch, dtype))
     if op == "gelu":
