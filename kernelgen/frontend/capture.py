@@ -108,12 +108,12 @@ def capture(callee: Callee, values: Sequence[Any], layout: Any = None, state: Se
                          "data-dependent control flow from the function") from exc
     picks = [i for i, v in enumerate(values) if is_input(v)]
     _state_to_placeholders(fx_graph, tracer.root, callee, state, len(values), picks)
-    refuse_observable_mutation(fx_graph, callee.name)
+    functional = refuse_observable_mutation(fx_graph, callee.name)
     gm = torch.fx.GraphModule(tracer.root, fx_graph)
     full = list(values) + list(state)
     specs = [v if isinstance(v, TensorSpec) else TensorSpec.of(v) for v in (full[i] for i in picks)]
     propagate_meta(gm, specs)
-    graph, plan = _lower(gm, specs)
+    graph, plan = _lower(gm, specs, functional)
     return Capture(graph, plan, tuple(picks), _replay(gm, plan))
 
 
@@ -186,13 +186,15 @@ def _op_name(node: Any) -> str:
     return str(node.target) if node.op == "call_method" else getattr(node.target, "__name__", str(node.target))
 
 
-def refuse_observable_mutation(fx_graph: Any, name: str) -> None:
+def refuse_observable_mutation(fx_graph: Any, name: str) -> dict[Any, tuple[Any, dict]]:
     """A kernel writes fresh outputs only, so an in-place op is allowed only where eager's mutation cannot be
     seen: on a fresh intermediate that nothing else reads (``nn.ReLU(inplace=True)`` after a linear). An
     in-place write to an input, to a view of one, or to a value read elsewhere raises ``UnsupportedOpError``
-    (the call runs eagerly, so the mutation happens as in eager)."""
+    (the call runs eagerly, so the mutation happens as in eager). Returns the allowed in-place nodes with
+    the (target, kwargs) of their out-of-place twins, for the lowering."""
     import torch.fx
 
+    functional: dict[Any, tuple[Any, dict]] = {}
     may_alias_input = {n for n in fx_graph.nodes if n.op == "placeholder"}
     for node in fx_graph.nodes:
         if node.op not in ("call_function", "call_method"):
@@ -205,10 +207,18 @@ def refuse_observable_mutation(fx_graph: Any, name: str) -> None:
             if not isinstance(target, torch.fx.Node) or target in may_alias_input or len(target.users) > 1:
                 raise UnsupportedOpError(f"{name} writes in place at `{node.format_node()}`, a change eager makes "
                                          "visible to the caller; such functions run eagerly")
-            if op in _INPLACE_OPERATORS:  # unseen write to a fresh value: the out-of-place op is exact
-                node.target = getattr(operator, op[1:])
+            # An unseen write to a fresh value: the out-of-place twin is exact once it is rounded to the written
+            # value's dtype, which the lowering takes from the node's meta (propagated on the in-place graph).
+            # The fx graph itself keeps the in-place op, so the autograd replay runs what eager runs.
+            if op in _INPLACE_OPERATORS:
+                functional[node] = (getattr(operator, op[1:]), node.kwargs)
+            elif node.kwargs.get("inplace") is True:
+                functional[node] = (node.target, {**node.kwargs, "inplace": False})
+            elif node.op == "call_method" and op.endswith("_") and "out" not in node.kwargs:
+                functional[node] = (op[:-1], node.kwargs)
         elif op in _ALIASING and any(a in may_alias_input for a in node.all_input_nodes):
             may_alias_input.add(node)
+    return functional
 
 
 def propagate_meta(gm: Any, specs: Sequence[TensorSpec]) -> None:
@@ -256,7 +266,7 @@ def propagate_meta(gm: Any, specs: Sequence[TensorSpec]) -> None:
                                 f"({type(error).__name__}: {error}); check that the shapes and dtypes fit the function")
 
 
-def _lower(gm: Any, specs: Sequence[TensorSpec]) -> tuple[Any, OutputPlan]:
+def _lower(gm: Any, specs: Sequence[TensorSpec], functional: dict[Any, tuple[Any, dict]]) -> tuple[Any, OutputPlan]:
     import torch.fx
     from torch.utils._pytree import tree_flatten
 
@@ -291,10 +301,11 @@ def _lower(gm: Any, specs: Sequence[TensorSpec]) -> tuple[Any, OutputPlan]:
                     k = outputs.index(int(value))
                     leaves.append((OUT, k) if first_fx[int(value)] is item else (COPY, k))
             continue
-        where = f"{node.name} = {getattr(node.target, '__name__', node.target)}(...)"
+        target, fx_kwargs = functional.get(node, (node.target, node.kwargs))
+        where = f"{node.name} = {getattr(target, '__name__', target)}(...)"
         args = torch.fx.node.map_arg(node.args, lambda a: env[a])
-        kwargs = torch.fx.node.map_arg(node.kwargs, lambda a: env[a])
-        env[node] = lowering.lower(builder, node.op, node.target, args, kwargs, node.meta.get("kernelgen_spec"), where)
+        kwargs = torch.fx.node.map_arg(fx_kwargs, lambda a: env[a])
+        env[node] = lowering.lower(builder, node.op, target, args, kwargs, node.meta.get("kernelgen_spec"), where)
     return _prune(Graph(tuple(builder.nodes), tuple(outputs))), OutputPlan(spec_tree, tuple(leaves))
 
 

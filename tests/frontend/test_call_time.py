@@ -255,6 +255,40 @@ def test_augmented_assignment_on_a_fresh_value_still_runs_the_kernel():
     assert f.explain(x, b)["implementation"] == "pointwise"
 
 
+def half_plus_float_in_place(x, b):
+    h = x * 2
+    h += b  # in place: h stays float16, where h + b would be float32
+    return h
+
+
+def half_method_in_place(x, b):
+    return (x * 2).add_(b).relu_()
+
+
+def int_times_float_in_place(x):
+    h = x * 2
+    h.mul_(2.5)  # eager refuses to write a float result into an int tensor
+    return h
+
+
+@pytest.mark.parametrize("fn", [half_plus_float_in_place, half_method_in_place], ids=lambda f: f.__name__)
+def test_in_place_on_a_fresh_value_keeps_the_written_dtype(fn):
+    x, b = torch.randn(4, 8, dtype=torch.float16), torch.randn(8)
+    f = compile(fn, backend="cpp")
+    got, want = f(x, b), fn(x, b)
+    assert got.dtype == want.dtype == torch.float16
+    torch.testing.assert_close(got, want)
+    assert f.explain(x, b)["implementation"] == "pointwise"
+
+
+def test_in_place_on_a_fresh_value_raises_where_eager_raises():
+    x = torch.arange(6, dtype=torch.int32)
+    with pytest.raises(RuntimeError):
+        int_times_float_in_place(x)
+    with pytest.raises((RuntimeError, KernelgenError)):
+        compile(int_times_float_in_place, backend="cpp")(x)
+
+
 def test_outputs_are_allocated_on_the_inputs_device_whatever_the_default_device():
     f = compile(add, backend="cpp")
     x = torch.randn(4, 8)
