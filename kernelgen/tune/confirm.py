@@ -139,18 +139,20 @@ def _summary(runs: Sequence[Measurement]) -> Measurement:
 
 
 def _doubts(finalist: Finalist[Any], runs: Sequence[Measurement], summary: Measurement) -> tuple[str, str]:
-    """(doubt, caveat) about the leader after the rounds so far: a doubt refuses the verdict once the rounds
-    are spent; a caveat asks for more rounds but lets the verdict stand."""
+    """(doubt, caveat) about the leader after the rounds so far: a doubt asks for more rounds and refuses the
+    verdict once they are spent (a caveat would ask for more rounds but let the verdict stand)."""
     assert summary.time is not None
     t, trial = summary.time.median, finalist.trial
     doubt = ""
     if trial is not None and trial > 0 and t > TRIAL_AGREEMENT * trial:
         doubt = (f"the leader's confirmed time {t:.3g} s is {t / trial:.1f}x its search trial's {trial:.3g} s "
                  f"(more than {TRIAL_AGREEMENT}x) after {len(runs)} rounds")
-    caveat = ""
-    if all(is_unsteady(m) for m in runs):
-        caveat = f"every one of the leader's {len(runs)} round timings was unsteady ({_why(runs[-1])})"
-    return doubt, caveat
+    if not doubt and all(is_unsteady(m) for m in runs):
+        # Not one quiet round: its time, and any ratio against the default or eager from these rounds, is the
+        # machine's load (OpenMP threads waiting for a CPU another process holds), not the kernel's.
+        doubt = (f"the machine was busy in every one of the leader's {len(runs)} rounds ({_why(runs[-1])}); "
+                 "run `kernelgen tune` again when it is quieter (it confirms again without searching)")
+    return doubt, ""
 
 
 def _disturbed_search(finalist: Finalist[Any], summary: Measurement) -> str:

@@ -216,11 +216,13 @@ class Bench:
         failure = self.build(config)
         return failure if failure is not None else self.run(config)
 
-    def time_eager(self) -> TimeStats:
-        """Time the eager reference on the same inputs (PyTorch ops one by one)."""
+    def time_eager(self) -> TimeStats | None:
+        """Time the eager reference on the same inputs (PyTorch ops one by one); None when the timing stayed
+        unsteady through every attempt: a "vs eager" figure from a contended timing is noise, not a ratio."""
         from kernelgen.reference import evaluate
 
-        return self._time(lambda: evaluate(self.graph, self.inputs), restore=False)[0]
+        stats, unsteady = self._time(lambda: evaluate(self.graph, self.inputs), restore=False)
+        return None if unsteady else stats
 
     # ------------------------------------------------------------------------------------- helpers
 

@@ -29,8 +29,8 @@ from kernelgen.errors import KernelgenError, NoTemplateError
 from kernelgen.implementation import Implementation
 from kernelgen.ir import Graph
 from kernelgen.target import Target
-from kernelgen.tune.confirm import (CONFIRM_ROUNDS, Confirmation, Finalist, commit_confirmation, confirm, is_refused,
-                                    note_of, rounds_tag)
+from kernelgen.tune.confirm import (CONFIRM_ROUNDS, NO_VERDICT, Confirmation, Finalist, commit_confirmation, confirm,
+                                    is_refused, note_of, rounds_tag)
 from kernelgen.tune.measure import TimingPolicy
 from kernelgen.tune.trial_loop import (FunctionMeasurer, SearchState, TrialEvent, is_confirmation, pick_winner,
                                        run_workers)
@@ -85,14 +85,16 @@ class TuneResult:
         def t(r: TuningRecord | None) -> float | None:
             return None if r is None or r.measurement.time is None else r.measurement.time.median
         best, default, eager = t(self.best), t(self.default), None if self.eager is None else self.eager.median
+        # Rounds too disturbed to declare a verdict give no ratios either: they would be the load's, not the kernels'.
+        trusted = not self.note.startswith(NO_VERDICT)
         return {
             "name": self.name, "workload_key": self.workload_key, "backend": self.backend,
             "signature": [s.to_json() for s in self.graph.signature],
             "implementation": None if self.best is None else self.best.implementation,
             "config": None if self.best is None else self.best.config.to_json(),
             "time": best, "default_time": default, "eager_time": eager, "trial_time": self.trial_time,
-            "speedup_vs_default": None if not (best and default) else default / best,
-            "speedup_vs_eager": None if not (best and eager) else eager / best,
+            "speedup_vs_default": None if not (trusted and best and default) else default / best,
+            "speedup_vs_eager": None if not (trusted and best and eager) else eager / best,
             "trials": len(self.search_trials), "failures": self.failures, "measured": self.measured,
             "statuses": _status_counts(self.search_trials), "stop_reasons": self.stop_reasons,
             "seconds": self.seconds, "note": self.note,

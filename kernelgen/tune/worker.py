@@ -351,7 +351,8 @@ class _Session:
         if self.bench is None:
             return {"error": "worker not set up"}
         if op == "eager":
-            return {"time": self.bench.time_eager().to_json()}
+            stats = self.bench.time_eager()
+            return {} if stats is None else {"time": stats.to_json()}
         config = Config.from_json(request["config"])
         if op == "build":
             failure = self.bench.build(config)

@@ -98,6 +98,19 @@ def test_a_timing_whose_threads_waited_for_a_cpu_is_timed_again(monkeypatch, fra
         assert "waited for a CPU 90%" in m.message and "3 attempts" in m.message
 
 
+@pytest.mark.parametrize("fractions, timed", [([0.9, 0.0], True), ([0.9], False)])
+def test_an_eager_timing_contended_in_every_attempt_is_dropped(monkeypatch, fractions, timed) -> None:
+    import kernelgen.tune.measure as measure
+
+    monkeypatch.setattr(measure, "LoadProbe", _FakeProbe)
+    monkeypatch.setattr(_FakeProbe, "fractions", fractions)
+    monkeypatch.setattr(_FakeProbe, "used", 0)
+    policy = TimingPolicy(min_time=0.002, warmup=1, min_repeats=3, threads=1, retries=2)
+    bench = Bench(FakeImpl(relu_add_graph()), Target.current("cpp"), policy=policy)
+    stats = bench.time_eager()  # no "vs eager" from a timing that never had the CPU to itself
+    assert (stats is not None) is timed and (not timed or stats.repeats >= 3)
+
+
 def test_scattered_repeats_or_cpu_waits_make_a_timing_unsteady() -> None:
     from kernelgen.tune.measure import MAX_SPREAD, unsteadiness
     from kernelgen.values import TimeStats
