@@ -75,4 +75,44 @@ class LoadProbe:
         return self.wait_fraction > WAIT_LIMIT
 
 
-__all__ = ["LoadProbe", "WAIT_LIMIT"]
+BUSY_LIMIT = 0.5  # a CPU busy this share of a quiet moment of ours is held by other work
+
+
+def _cpu_times() -> dict[int, tuple[int, int]]:
+    """cpu index -> (idle, total) jiffies since boot, from ``/proc/stat``; {} where there is none."""
+    out: dict[int, tuple[int, int]] = {}
+    try:
+        with open("/proc/stat") as f:
+            lines = f.readlines()
+    except OSError:
+        return out
+    for line in lines:
+        name, *fields = line.split()
+        if name.startswith("cpu") and name[3:].isdigit():
+            ticks = [int(v) for v in fields[:8]]  # user nice system idle iowait irq softirq steal
+            out[int(name[3:])] = (ticks[3] + ticks[4], sum(ticks))
+    return out
+
+
+def cpus_busy_elsewhere(interval: float = 0.1) -> int:
+    """How many of the CPUs this process may use were kept busy by other work during ``interval`` seconds
+    in which this process sleeps (so whatever runs there is not ours). 0 where ``/proc/stat`` is missing.
+
+    Why the tuner asks: an OpenMP kernel timed with one thread per CPU waits, at every barrier, for the
+    thread that shares a CPU with another process. Under a busy loop on one of two cores every trial then
+    took one scheduler slice (8 ms for 50-300 us kernels), so the search ranked noise and no verdict
+    could be declared (benchmarks/bench_noise.py).
+    """
+    before = _cpu_times()
+    time.sleep(interval)
+    after = _cpu_times()
+    busy = 0
+    for cpu in os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else ():
+        if cpu in before and cpu in after:
+            idle = after[cpu][0] - before[cpu][0]
+            total = after[cpu][1] - before[cpu][1]
+            busy += total > 0 and 1 - idle / total > BUSY_LIMIT
+    return busy
+
+
+__all__ = ["BUSY_LIMIT", "LoadProbe", "WAIT_LIMIT", "cpus_busy_elsewhere"]

@@ -223,7 +223,8 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
                               f"(ops: {', '.join(sorted(graph.ops() - {'input'}))})"
                               + (f"; {'; '.join(unusable)}" if unusable else ""))
     opts = _Options(trials, seconds, patience, sampler, workers, seed, isolate, timeout,
-                    policy or TimingPolicy(), retune, on_trial, measure, time_eager)
+                    _threads_free_here(policy or TimingPolicy()) if measure is None else policy or TimingPolicy(),
+                    retune, on_trial, measure, time_eager)
     own_db = db is None
     if own_db:
         from kernelgen.db import open_db
@@ -282,6 +283,28 @@ def _declared_since(db: Any, graph: Graph, impls: Sequence[Implementation], targ
             for r in db.trials(graph.workload_key, target.fingerprint, implementation=impl.name,
                                implementation_hash=impl.source_hash())
             if r.evidence is Evidence.DECLARED and r.provenance.created_at >= since]
+
+
+def _threads_free_here(policy: TimingPolicy) -> TimingPolicy:
+    """``policy`` with as many timing threads as there are CPUs not held by other work, when it leaves the
+    thread count to the machine: a thread sharing a CPU with another process makes every barrier of an
+    OpenMP kernel wait a time slice, and the timings measure that wait (``load.cpus_busy_elsewhere``). Each
+    record keeps the thread count it was timed with."""
+    from dataclasses import replace
+
+    from kernelgen.tune.load import cpus_busy_elsewhere
+
+    if policy.threads is not None:
+        return policy
+    threads = policy.resolved_threads()
+    busy = cpus_busy_elsewhere() if threads > 1 else 0
+    if not busy:
+        return policy
+    free = max(1, threads - busy)
+    log.warning("kernelgen tune: %d of %d CPUs are busy with other work; timing with %d thread%s so that no "
+                "kernel thread waits for a CPU another process holds (set threads in the timing policy to "
+                "override)", busy, threads, free, "" if free == 1 else "s")
+    return replace(policy, threads=free)
 
 
 def _speed_key(record: TuningRecord) -> tuple[float, str, str]:

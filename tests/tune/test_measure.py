@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -173,3 +175,35 @@ def test_tune_graph_timeout_bounds_building_too(tmp_path) -> None:
     finally:
         db.close()
     assert [r.measurement.status for r in result.trials] == [Status.TIMEOUT] and result.best is None
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs: one for the busy loop, one for the test")
+def test_a_cpu_held_by_a_busy_loop_counts_as_busy_elsewhere() -> None:
+    import subprocess
+    import sys
+    import time
+
+    from kernelgen.tune.load import cpus_busy_elsewhere
+
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    hog = subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"])
+    try:
+        time.sleep(0.3)
+        assert cpus_busy_elsewhere(0.3) >= 1
+    finally:
+        hog.kill()
+        hog.wait()
+
+
+def test_tuning_times_with_the_cpus_other_work_leaves_free(monkeypatch, caplog) -> None:
+    import kernelgen.tune.load as load
+    from kernelgen.tune.tuner import _threads_free_here
+
+    monkeypatch.setattr(load, "cpus_busy_elsewhere", lambda interval=0.1: 1)
+    monkeypatch.setattr(TimingPolicy, "resolved_threads", lambda self: self.threads or 4)
+    with caplog.at_level("WARNING"):
+        assert _threads_free_here(TimingPolicy()).threads == 3
+    assert "1 of 4 CPUs are busy" in caplog.text
+    assert _threads_free_here(TimingPolicy(threads=4)).threads == 4  # an explicit thread count stands
+    monkeypatch.setattr(load, "cpus_busy_elsewhere", lambda interval=0.1: 0)
+    assert _threads_free_here(TimingPolicy()).threads is None  # a quiet machine: the backend's default
