@@ -305,11 +305,23 @@ def _writer_queue(url: URL | None) -> Iterator[None]:
     The busy timeout stays as the fallback (other programs, platforms without ``fcntl``).
     """
     path = sqlite_path(url) if url is not None else None
+    if path is None:
+        yield
+        return
+    with flock_file(f"{path}-lock", 0o644):  # a read-only directory: SQLite's own locking still applies
+        yield
+
+
+@contextlib.contextmanager
+def flock_file(path: str, mode: int) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created with ``mode`` if missing) for the with-block; the lock
+    goes with the process if it dies. Without ``fcntl``, or where the file cannot be opened (a read-only
+    location), the block runs unlocked: the callers' own re-checks and SQLite's locking remain."""
     fd = None
-    if path is not None and fcntl is not None:
+    if fcntl is not None:
         try:
-            fd = os.open(f"{path}-lock", os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError:  # e.g. a read-only directory: SQLite's own locking still applies
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, mode)
+        except OSError:
             fd = None
     if fd is None:
         yield

@@ -17,16 +17,11 @@ import hashlib
 import os
 from collections.abc import Iterator
 
-try:
-    import fcntl
-except ImportError:  # Windows: SQLite's own locking and the re-checks under it remain
-    fcntl = None  # type: ignore[assignment]
-
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 from sqlalchemy.engine import URL, Engine
 
-from kernelgen.db.engine import make_engine, parse_url, sqlite_path, translate
+from kernelgen.db.engine import flock_file, make_engine, parse_url, sqlite_path, translate
 
 # One bigint key for schema changes; kernelgen.db.schema takes the same key per transaction, so alembic
 # migrations and Optuna's table creation exclude each other.
@@ -92,22 +87,18 @@ def lock_dir(url: URL) -> str | None:
 @contextlib.contextmanager
 def _file_lock(url: URL, name: str) -> Iterator[None]:
     folder = lock_dir(url)
-    fd = None
-    if folder is not None and fcntl is not None:
+    path = None
+    if folder is not None:
         try:
             os.makedirs(folder, exist_ok=True)
-            digest = hashlib.sha256(name.encode()).hexdigest()[:16]
-            fd = os.open(os.path.join(folder, digest), os.O_RDWR | os.O_CREAT, 0o666)
+            path = os.path.join(folder, hashlib.sha256(name.encode()).hexdigest()[:16])
         except OSError:
-            fd = None  # read-only location: nothing can write this database, so nothing to exclude
-    if fd is None:
+            path = None  # read-only location: nothing can write this database, so nothing to exclude
+    if path is None:
         yield
         return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with flock_file(path, 0o666):
         yield
-    finally:
-        os.close(fd)  # closing releases the lock
 
 
 __all__ = ["SCHEMA_LOCK", "named_lock"]
