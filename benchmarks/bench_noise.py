@@ -35,6 +35,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from kernelgen.tune.report import fmt_time
+
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 1.5  # a verdict more than this multiple of its trial was fooled by noise
 
@@ -86,15 +88,6 @@ def start_hog(core: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", HOG, str(core)])
 
 
-def _t(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if seconds >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds / 1e-9:.3g} ns"
-
-
 def _x(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
@@ -114,7 +107,7 @@ def report(doc: dict[str, Any]) -> None:
             refused = (r.get("note") or "").startswith("no verdict")
             flag = "-" if ratio is None else ("YES" if ratio > LIMIT else "no")
             rows.append((w["name"], shape, r["implementation"] or "-",
-                         _t(r["time"]) + (" (refused)" if refused else ""), _t(r.get("trial_time")),
+                         fmt_time(r["time"]) + (" (refused)" if refused else ""), fmt_time(r.get("trial_time")),
                          _x(ratio), flag,
                          _x(r["speedup_vs_eager"]), _x(r["speedup_vs_default"]), r.get("note") or ""))
     widths = [max(len(str(row[i])) for row in [head, *rows]) for i in range(len(head) - 1)]

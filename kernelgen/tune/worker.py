@@ -235,38 +235,35 @@ class IsolatedMeasurer:
             raise KernelgenError(f"the measurement worker failed to start: {exc}") from None
 
     def measure(self, config: Config) -> Measurement:
+        reply = self._build_then("run", config)
+        return reply if isinstance(reply, Measurement) else Measurement.from_json(reply["measurement"])
+
+    def check(self, config: Config) -> Measurement | None:
+        """Build ``config`` and run it once against the reference in the worker, untimed: a failure
+        ``Measurement`` (compile_error, runtime_error for a crash, timeout, wrong_result), or None when it
+        passes. Raises ``KernelgenError`` only when the worker cannot set the implementation up."""
+        reply = self._build_then("check", config)
+        if isinstance(reply, Measurement):
+            return reply
+        return Measurement.from_json(reply["measurement"]) if "measurement" in reply else None
+
+    def _build_then(self, op: str, config: Config) -> Measurement | dict[str, Any]:
+        """Build ``config`` in the worker (bounded by ``build_timeout``), then ask ``op`` of it (bounded by
+        ``timeout``): the worker's reply, or the failure ``Measurement`` of whichever step failed."""
         worker = self._ready()
         payload = {"config": config.to_json()}
         try:
             built = worker.call({"op": "build", **payload}, self.build_timeout)
             if "measurement" in built:
                 return Measurement.from_json(built["measurement"])
-            reply = worker.call({"op": "run", **payload}, self.timeout)
+            reply = worker.call({"op": op, **payload}, self.timeout)
         except WorkerDied as exc:
             worker.setup_key = None
             return Measurement(config=config, status=exc.status, message=" ".join(str(exc).split())[:2000],
                                threads=self.threads)
         if "error" in reply:
             return Measurement(config=config, status=Status.RUNTIME_ERROR, message=reply["error"], threads=self.threads)
-        return Measurement.from_json(reply["measurement"])
-
-    def check(self, config: Config) -> Measurement | None:
-        """Build ``config`` and run it once against the reference in the worker, untimed: a failure
-        ``Measurement`` (compile_error, runtime_error for a crash, timeout, wrong_result), or None when it
-        passes. Raises ``KernelgenError`` only when the worker cannot set the implementation up."""
-        worker = self._ready()
-        payload = {"config": config.to_json()}
-        try:
-            built = worker.call({"op": "build", **payload}, self.build_timeout)
-            if "measurement" in built:
-                return Measurement.from_json(built["measurement"])
-            reply = worker.call({"op": "check", **payload}, self.timeout)
-        except WorkerDied as exc:
-            worker.setup_key = None
-            return Measurement.failure(config, exc.status, str(exc))
-        if "error" in reply:
-            return Measurement.failure(config, Status.RUNTIME_ERROR, reply["error"])
-        return Measurement.from_json(reply["measurement"]) if "measurement" in reply else None
+        return reply
 
     def eager(self) -> TimeStats | None:
         """Time the eager reference in the worker; None when it fails."""
