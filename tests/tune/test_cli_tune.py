@@ -126,7 +126,10 @@ def test_sigkill_mid_run_keeps_trials_and_rerun_resumes(tmp_path) -> None:
     db = tmp_path / "tuning.sqlite"
     cmd = [sys.executable, "-m", "kernelgen", "tune", str(manifest), "--db", f"sqlite:///{db}", "--trials", "4",
            "--sampler", "random", "--seed", "3"]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # A cold kernel cache of its own: with warm kernels all four trials can land between two polls, and then
+    # there is no mid-run left to kill.
+    env = {**os.environ, "KERNELGEN_CACHE_DIR": str(tmp_path / "kernels")}
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     deadline = time.monotonic() + 200
     try:
         while time.monotonic() < deadline:
@@ -136,7 +139,7 @@ def test_sigkill_mid_run_keeps_trials_and_rerun_resumes(tmp_path) -> None:
                         break
                 except sqlite3.OperationalError:  # table not created yet, or locked
                     pass
-            time.sleep(0.2)
+            time.sleep(0.05)
         else:
             pytest.fail("kernelgen tune committed no trial in time")
     finally:
@@ -144,7 +147,7 @@ def test_sigkill_mid_run_keeps_trials_and_rerun_resumes(tmp_path) -> None:
         proc.wait()
     before = _search_records(db)
     assert 1 <= len(before) < 4
-    done = subprocess.run(cmd + ["--json"], cwd=tmp_path, capture_output=True, text=True, timeout=250)
+    done = subprocess.run(cmd + ["--json"], cwd=tmp_path, capture_output=True, text=True, timeout=250, env=env)
     assert done.returncode == 0, done.stderr
     after = _search_records(db)
     assert set(before) <= set(after)  # nothing committed was lost
