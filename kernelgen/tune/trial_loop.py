@@ -40,9 +40,13 @@ class SearchState:
     """Budgets, progress and new records of one implementation's search, shared by its worker threads."""
 
     def __init__(self, known: dict[Config, TuningRecord], *, trials: int | None, seconds: float | None,
-                 patience: int | None, on_trial: Callable[[TrialEvent], None] | None) -> None:
+                 patience: int | None, on_trial: Callable[[TrialEvent], None] | None,
+                 measured_elsewhere: Callable[[], int] | None = None) -> None:
         self.lock = threading.Lock()
         self.known = known
+        # Configs other processes sharing the database measured for this key since this search began: with
+        # it, processes tuning the same key at once spend one ``trials`` budget between them, not one each.
+        self.measured_elsewhere = measured_elsewhere
         self.trials, self.seconds, self.patience, self.on_trial = trials, seconds, patience, on_trial
         self.done = len(known)  # configs measured for this key, earlier runs included
         self.reserved = 0
@@ -60,7 +64,7 @@ class SearchState:
         with self.lock:
             if self.stop_reason or self.interrupted.is_set():
                 return False
-            if o.trials is not None and self.done + self.reserved >= o.trials:
+            if o.trials is not None and self.done + self.reserved + self._measured_elsewhere() >= o.trials:
                 self.stop_reason = "trials"
             elif o.seconds is not None and time.monotonic() - self.start >= o.seconds and self.done + self.reserved:
                 # A time budget stops the search only after its first trial: every run yields a result.
@@ -71,6 +75,9 @@ class SearchState:
                 self.reserved += 1
                 return True
             return False
+
+    def _measured_elsewhere(self) -> int:
+        return self.measured_elsewhere() if self.measured_elsewhere is not None else 0
 
     def finish(self, reason: str) -> None:
         with self.lock:

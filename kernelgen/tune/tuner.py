@@ -404,13 +404,24 @@ def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Ta
                            signature=graph.signature, implementation=impl.name, limit=NEAREST_LIMIT):
         if near.config not in warm and space.is_valid(near.config):
             warm.append(near.config)
+    mine = set(known)  # configs this process measured or is committing: the rest of the key's trials are others'
+
+    def commit(measurement: Measurement) -> TuningRecord:
+        mine.add(measurement.config)  # before the row exists, so no other thread counts it as another's
+        return recorder.commit(measurement)
+
+    def measured_elsewhere() -> int:
+        return len({r.config for r in db.trials(graph.workload_key, target.fingerprint, implementation=impl.name,
+                                                implementation_hash=recorder.fields["implementation_hash"])
+                    if not is_confirmation(r)} - mine)
+
     state = SearchState(known, trials=opts.trials, seconds=opts.seconds, patience=opts.patience,
-                        on_trial=opts.on_trial)
+                        on_trial=opts.on_trial, measured_elsewhere=measured_elsewhere)
     storage = db.optuna_storage_url
     make_measurer = _measurer_factory(impl, opts)
     searcher_args = dict(sampler=opts.sampler, storage=storage, study_name=study_name(graph, impl, target),
                          warm_start=warm)
-    run_workers(space, state, recorder.commit, make_measurer, searcher_args, workers=opts.workers, seed=opts.seed)
+    run_workers(space, state, commit, make_measurer, searcher_args, workers=opts.workers, seed=opts.seed)
     measured = len(state.new_records)
     # One process at a time confirms a study and declares its verdict; a process that searched alongside
     # takes the verdict committed meanwhile instead of declaring a second one.

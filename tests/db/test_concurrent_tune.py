@@ -40,7 +40,7 @@ def _tune_twice_at_once(tmp_path: Path, url: str, manifest_text: str = MANIFEST)
     return done
 
 
-def _check(url: str, done: list[subprocess.CompletedProcess], workload_key: str | None = None) -> None:
+def _check(url: str, done: list[subprocess.CompletedProcess], workload_key: str | None = None, budget: int = 4) -> None:
     for result in done:
         assert result.returncode == 0, result.stderr[-2000:]
         assert "Traceback" not in result.stderr
@@ -50,6 +50,10 @@ def _check(url: str, done: list[subprocess.CompletedProcess], workload_key: str 
     searched = collections.Counter((r.implementation, json.dumps(r.config.to_json(), sort_keys=True))
                                    for r in records if r.evidence is Evidence.TRIAL)
     assert searched and max(searched.values()) == 1, searched  # no config measured twice in the search
+    # One trials budget (4) for both processes: at most one trial each already in flight when the other
+    # spent the budget.
+    per_implementation = collections.Counter(impl for impl, _ in searched)
+    assert max(per_implementation.values()) <= budget + len(done) - 1, searched
     verdicts = collections.Counter((r.workload_key, r.target_fingerprint) for r in records
                                    if r.evidence is Evidence.DECLARED)
     assert list(verdicts.values()) == [1]  # one workload, one target, one verdict
