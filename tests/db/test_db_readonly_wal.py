@@ -45,16 +45,22 @@ def _stats(tmp_path: Path, team: Path) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 
+def _read_only_folder_with(*keep: Path) -> None:
+    """Remove every other file from the folder of ``keep`` and make the folder read-only."""
+    folder = keep[0].parent
+    for side in folder.iterdir():
+        if side not in keep:
+            shutil.rmtree(side) if side.is_dir() else side.unlink()
+    folder.chmod(0o555)
+
+
 @pytest.mark.parametrize("where", ["file_0444", "read_only_directory"])
 def test_read_only_wal_team_database_opens(where: str, tmp_path: Path) -> None:
     team = _team(tmp_path)
     before = team.read_bytes()
     team.chmod(0o444)
     if where == "read_only_directory":
-        for side in team.parent.iterdir():  # a clean close leaves no -wal; the lock files are ours
-            if side != team:
-                shutil.rmtree(side) if side.is_dir() else side.unlink()
-        team.parent.chmod(0o555)
+        _read_only_folder_with(team)  # a clean close leaves no -wal; the lock files are ours
     try:
         result = _stats(tmp_path, team)
     finally:
@@ -72,10 +78,7 @@ def test_unreadable_wal_content_is_one_line_error(tmp_path: Path) -> None:
     team = _team(tmp_path)
     wal = team.with_name("team.sqlite-wal")
     wal.write_bytes(b"\x00" * 4096)  # stands for commits not yet checkpointed into the file
-    for side in team.parent.iterdir():
-        if side not in (team, wal):
-            shutil.rmtree(side) if side.is_dir() else side.unlink()
-    team.parent.chmod(0o555)
+    _read_only_folder_with(team, wal)
     try:
         result = _stats(tmp_path, team)
     finally:
