@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, ClassVar
 
 from kernelgen.target import Target
@@ -20,6 +21,11 @@ class Kernel(ABC):
     """A compiled, launchable kernel. Calling it is thread-safe unless the backend says otherwise."""
 
     source: Source
+
+    @property
+    def source_file(self) -> Path | None:
+        """The file the backend compiled (in the kernel cache), for ``explain`` and error messages."""
+        return None
 
     @abstractmethod
     def __call__(self, *tensors: Any) -> None:
@@ -54,6 +60,12 @@ class Backend(ABC):
 
     @abstractmethod
     def compile(self, source: Source) -> Kernel: ...
+
+    def recipe(self) -> dict[str, Any]:
+        """Everything besides the source text that shapes a compiled kernel: compiler and its version,
+        flags, cache format. JSON-able and cheap (cached by the backend); part of every implementation
+        hash, so a change of toolchain or flags is a new tuning key, never a reuse of old records."""
+        return {"backend": self.name}
 
     def synchronize(self) -> None:
         """Wait for queued work (no-op on the CPU)."""

@@ -24,7 +24,9 @@ import os
 import shutil
 import subprocess
 import tempfile
+import logging
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,7 @@ from kernelgen.paths import atomic_write_text, cache_dir
 from kernelgen.target import Target, host_compiler_version
 from kernelgen.values import Source, TensorSpec
 
+log = logging.getLogger(__name__)
 _CACHE_VERSION = "2"  # bump when the compile or link recipe changes
 
 
@@ -74,6 +77,18 @@ def default_threads() -> int:
     return max(1, len(os.sched_getaffinity(0)))
 
 
+@functools.lru_cache(maxsize=None)
+def _compiler_path(cxx: str) -> str:
+    return shutil.which(cxx) or cxx
+
+
+def recipe() -> dict[str, Any]:
+    """The compile recipe: compiler path and version, compile and link flags, cache format version."""
+    cxx = compiler()
+    return {"backend": "cpp", "compiler": _compiler_path(cxx), "version": host_compiler_version(cxx),
+            "flags": list(compile_flags()), "link_flags": list(LINK_FLAGS), "cache_format": _CACHE_VERSION}
+
+
 def build_shared_library(text: str, extra_flags: tuple[str, ...] = (), name: str = "kernel") -> Path:
     """Compile C++ ``text`` into a cached shared library and return its path.
 
@@ -90,7 +105,9 @@ def build_shared_library(text: str, extra_flags: tuple[str, ...] = (), name: str
     folder = cache_dir() / "cpp" / key[:2] / key
     library = folder / f"{name}.so"
     if library.exists():
+        log.debug("cpp cache hit: %s", library)
         return library
+    started = time.perf_counter()
     folder.mkdir(parents=True, exist_ok=True)
     source_path = folder / f"{name}.cpp"
     atomic_write_text(source_path, text)
@@ -103,6 +120,7 @@ def build_shared_library(text: str, extra_flags: tuple[str, ...] = (), name: str
                 first = next((line for line in proc.stderr.splitlines() if "error" in line), proc.stderr.strip()[:300])
                 raise CompileError(f"{Path(cmd[0]).name} failed on {source_path}: {first}")
         os.replace(tmp_lib, library)  # atomic: a concurrent loader sees the whole library or none
+    log.info("compiled %s in %.2f s (cache miss)", source_path, time.perf_counter() - started)
     return library
 
 
@@ -135,6 +153,10 @@ class CppKernel(Kernel):
         if self._args_fn is not None:
             self._args_fn.argtypes = (ctypes.c_void_p,) * len(specs) + (ctypes.c_int64,)
             self._args_fn.restype = None
+
+    @property
+    def source_file(self) -> Path:
+        return self.library_path.with_suffix(".cpp")
 
     def check(self, tensors: tuple[Any, ...]) -> None:
         """Raise ``InputMismatchError`` unless ``tensors`` match the specs this kernel was built for."""
@@ -184,6 +206,9 @@ class CppBackend(Backend):
 
     def target(self) -> Target:
         return Target.current("cpp")
+
+    def recipe(self) -> dict[str, Any]:
+        return recipe()
 
     def compile(self, source: Source) -> CppKernel:
         if source.language != "cpp":

@@ -10,12 +10,15 @@ imported as a module: it is our own generated code, never a user's file.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
+import logging
 import os
 import sys
 import threading
 from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,8 @@ from kernelgen.target import Target
 from kernelgen.values import Source, TensorSpec, TimeStats
 
 _TRUE = ("1", "true", "yes", "on")
+_CACHE_VERSION = "1"  # bump when write_module's layout or the launch convention changes
+log = logging.getLogger(__name__)
 _WHERE = {"cpu": "CPU (Triton interpreter)", "cuda": "GPU"}
 
 
@@ -66,6 +71,14 @@ def write_module(source: Source) -> Path:
     return path
 
 
+@functools.lru_cache(maxsize=None)
+def _triton_version() -> str:
+    try:
+        return metadata.version("triton")
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
 def _current_gpu() -> int:
     import torch
 
@@ -81,6 +94,10 @@ class TritonKernel(Kernel):
         self.fn = fn
         self.device = device  # "cpu" under the interpreter, else "cuda" (ROCm also reports cuda)
         self.specs, self.grid, self.constexprs, self.num_warps, self.num_stages = launch_meta(source)
+
+    @property
+    def source_file(self) -> Path:
+        return self.path
 
     def check(self, tensors: tuple[Any, ...]) -> None:
         """Raise ``InputMismatchError`` unless ``tensors`` match the specs of this kernel and share a device
@@ -191,6 +208,10 @@ class TritonBackend(Backend):
     def target(self) -> Target:
         return Target.current("triton")
 
+    def recipe(self) -> dict[str, Any]:
+        """Triton compiles (and caches) its own binaries keyed by its version; ours is the module file."""
+        return {"backend": "triton", "triton": _triton_version(), "cache_format": _CACHE_VERSION}
+
     def tensor_device(self) -> str:
         """Where this backend's kernels read and write tensors: ``"cuda"`` on a GPU (ROCm too), ``"cpu"``
         under the interpreter. Callers allocating inputs or outputs for a kernel allocate them here."""
@@ -208,6 +229,7 @@ class TritonBackend(Backend):
             return cached
         path = write_module(source)
         fn = load_entry(path, source.entry)
+        log.info("loaded Triton kernel %s from %s", source.entry, path)
         kernel = TritonKernel(source, fn, path, self.tensor_device())
         with self._lock:
             self._kernels[source.hash] = kernel

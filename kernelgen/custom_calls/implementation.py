@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from kernelgen import code_hash
 from kernelgen.custom_calls import checks, get_language
 from kernelgen.errors import InputMismatchError, KernelgenError
 from kernelgen.implementation import Implementation, Launcher
@@ -91,7 +92,10 @@ class CustomCallImplementation(Implementation):
         return "cuda" if self.platform in ("cuda", "hip") else "cpu"
 
     def source_hash(self) -> str:
-        return self.entry.source_hash()
+        """The entry's own hash (source, launcher, params) with the backend's compile recipe folded in."""
+        from kernelgen.backends import get_backend
+
+        return code_hash.combine(self.entry.source_hash(), get_backend(self.backend).recipe())
 
     def space(self, target: Target) -> SearchSpace:
         return self.entry.space(self.graph.signature, target)

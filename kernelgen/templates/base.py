@@ -11,15 +11,13 @@ Backend modules are imported lazily, so a machine without Triton can still rende
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import importlib
-import inspect
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from types import ModuleType
 from typing import ClassVar
 
+from kernelgen import code_hash
 from kernelgen.errors import KernelgenError
 from kernelgen.ir import Graph
 from kernelgen.space import SearchSpace
@@ -39,7 +37,7 @@ class Template(ABC):
 
     name: ClassVar[str]
     backends: ClassVar[tuple[str, ...]] = ("cpp", "triton")
-    shared_modules: ClassVar[tuple[str, ...]] = ()  # codegen helpers whose text is part of source_hash
+    text_files: ClassVar[tuple[str, ...]] = ()  # template text files (paths) whose content is part of source_hash
 
     @abstractmethod
     def match(self, graph: Graph) -> Problem | None:
@@ -64,17 +62,11 @@ class Template(ABC):
         return self.backend_module(target.backend).render(problem, config, target)
 
     def source_hash(self, backend: str) -> str:
-        """Hash of every module that shapes this template's code for ``backend``: a change is a new key."""
-        return _modules_hash((type(self).__module__, f"kernelgen.templates.{self.name}_{backend}",
-                              *self.shared_modules))
+        """Hash of everything that shapes this template's code for ``backend``: the kernelgen modules its
+        family and renderer modules import (transitively), its text files and the backend's compile
+        recipe (``kernelgen.code_hash``). A change of any of them is a new key, never a silent reuse."""
+        from kernelgen.backends import get_backend
 
-
-@functools.lru_cache(maxsize=None)
-def _modules_hash(module_names: tuple[str, ...]) -> str:
-    digest = hashlib.sha256()
-    for name in module_names:
-        try:
-            digest.update(inspect.getsource(importlib.import_module(name)).encode())
-        except (ImportError, OSError, TypeError):
-            digest.update(f"missing:{name}".encode())
-    return digest.hexdigest()[:16]
+        compiler = get_backend(backend)  # its module too: it adds code (launch wrappers) to what it compiles
+        roots = (type(self).__module__, f"kernelgen.templates.{self.name}_{backend}", type(compiler).__module__)
+        return code_hash.implementation_hash(roots, compiler.recipe(), self.text_files)

@@ -45,7 +45,6 @@ class GemmProblem(Problem):
 
 class GemmTemplate(Template):
     name = "gemm"
-    shared_modules = ("kernelgen.templates.indexing", "kernelgen.codegen.cpp_expr", "kernelgen.codegen.triton_expr")
 
     def match(self, graph: Graph) -> GemmProblem | None:
         matmuls = [i for i, n in enumerate(graph.nodes) if n.op == "matmul"]

@@ -26,7 +26,6 @@ class PointwiseProblem(Problem):
 
 class PointwiseTemplate(Template):
     name = "pointwise"
-    shared_modules = ("kernelgen.templates.indexing", "kernelgen.codegen.cpp_expr", "kernelgen.codegen.triton_expr")
 
     def match(self, graph: Graph) -> PointwiseProblem | None:
         if not graph.outputs:

@@ -39,7 +39,6 @@ class ReductionProblem(Problem):
 
 class ReductionTemplate(Template):
     name = "reduction"
-    shared_modules = ("kernelgen.templates.indexing", "kernelgen.codegen.cpp_expr", "kernelgen.codegen.triton_expr")
 
     def match(self, graph: Graph) -> ReductionProblem | None:
         reductions = tuple(i for i, n in enumerate(graph.nodes) if n.op in REDUCTION_OPS)
