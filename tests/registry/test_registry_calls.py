@@ -124,3 +124,15 @@ def test_config_outside_the_space_is_refused(registry):
 
     with pytest.raises(KernelgenError, match="chunk=3"):
         impl.build(Config(chunk=3), Target.current("cpp"))
+
+
+def test_a_change_of_compile_flags_is_a_new_custom_call_hash(registry, monkeypatch):
+    from kernelgen.backends import cpp
+
+    _register(replaces=bias_gelu)
+    x, b = torch.randn(5, 33), torch.randn(33)
+    (impl,) = candidates(trace(bias_gelu, x, b), "cpp")
+    before = impl.source_hash()
+    flags = cpp.compile_flags()
+    monkeypatch.setattr(cpp, "compile_flags", lambda: (*flags, "-fno-tree-vectorize"))
+    assert impl.source_hash() != before
