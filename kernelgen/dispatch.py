@@ -20,7 +20,7 @@ from kernelgen.frontend.outputs import fill_out
 from kernelgen.frontend.signature import KEYS, NotAConstant, describe_values, signature_key, value_key
 from kernelgen.values import SUPPORTED_DTYPES
 
-log = logging.getLogger("kernelgen")
+log = logging.getLogger(__name__)
 _DBS: dict[tuple, Any] = {}  # open databases by (url, team url): opening one costs ~30 ms
 _DB_LOCK = threading.Lock()
 
@@ -33,12 +33,12 @@ class _Entry:
     """
 
     __slots__ = ("launch", "outputs", "single", "flat", "slow", "eager", "check", "grad", "plan", "picks",
-                 "device", "cpu", "replay", "run", "impl", "config", "source", "huge")
+                 "device", "cpu", "replay", "run", "impl", "config", "source", "huge", "path", "hash", "reason")
 
     def __init__(self, launch: Callable[..., None] | None = None, outputs: tuple = (), *, eager: bool = False,
                  check: bool = False, plan: Any = None, picks: tuple | None = None, device: Any = None,
                  grad: bool = False, replay: Any = None, impl: str = "", config: Any = None,
-                 source: str = "eager") -> None:
+                 source: str = "eager", path: Any = None, digest: str | None = None, reason: str = "") -> None:
         self.launch = launch
         self.outputs = outputs  # ((shape, torch dtype), ...) of each kernel output
         self.eager = eager
@@ -55,6 +55,9 @@ class _Entry:
         self.impl = impl
         self.config = config
         self.source = source  # "db", "tuned", "default" or "eager"
+        self.path = path  # the generated source file in the kernel cache (explain shows it)
+        self.hash = digest  # the implementation hash its tuning records carry
+        self.reason = reason  # why it runs eagerly, or why this config was chosen
         self.huge = [False] * len(outputs)  # outputs big enough to ask for transparent huge pages
         self.run = self._fresh
 
@@ -274,7 +277,7 @@ class CompiledFunction:
     def _eager(self, reason: str, check: bool = False) -> "_Entry":
         if not check:
             self._log_once(reason)
-        return _Entry(eager=True, check=check)
+        return _Entry(eager=True, check=check, reason=reason)
 
     # -- first call of a signature ----------------------------------------------------------------------
     def _prepare(self, full: tuple, layout: Any, key: tuple, n_values: int) -> "_Entry":
@@ -324,6 +327,8 @@ class CompiledFunction:
             return self._eager(f"no template or custom call covers ops {sorted(graph.ops())} on backend "
                                f"{backend.name!r}")
         target = backend.target()
+        log.debug("%s: traced %d nodes (ops %s), workload %s; candidates %s", self.__name__, len(graph.nodes),
+                  sorted(graph.ops() - {"input"}), graph.workload_key[:12], [i.name for i in impls])
         impl, config, source = self._choose(graph, impls, backend.name, target)
         # Whatever the database says, a config runs here only once it passed a check in a worker process.
         from kernelgen.tune.checked import build_checked, candidates_after
@@ -333,6 +338,10 @@ class CompiledFunction:
             return self._eager(f"no implementation of it passed its check here ({', '.join(i.name for i in impls)})")
         impl, config, launcher, source = picked.impl, picked.config, picked.launcher, \
             "default" if picked.fallback else source
+        path = getattr(launcher, "source_file", None)
+        reason = _REASONS[source] + (" (the first choice failed its check)" if picked.fallback else "")
+        log.info("%s: %s %s on %s, config %s: %s; source %s", self.__name__, impl.name, impl.source_hash(),
+                 backend.name, dict(config), reason, path)
         import torch
 
         outputs = tuple((torch.Size(s.shape), getattr(torch, s.dtype)) for s in graph.output_specs)
@@ -341,7 +350,7 @@ class CompiledFunction:
         device = next((a.device for a in inputs if isinstance(a, _Tensor)), torch.device("cpu"))
         entry = _Entry(getattr(launcher, "launch", launcher), outputs, plan=cap.plan, picks=picks, device=device,
                        grad=any(a.requires_grad for a in inputs), replay=cap.replay, impl=impl.name, config=config,
-                       source=source)
+                       source=source, path=path, digest=impl.source_hash(), reason=reason)
         entry.huge = [bool(_HUGE_ADVICE) and s.numel * s.itemsize >= _HUGE_MIN_BYTES for s in graph.output_specs]
         return entry
 
@@ -366,6 +375,11 @@ class CompiledFunction:
             for impl in impls:
                 if impl.name == record.implementation and impl.space(target).is_valid(record.config):
                     return impl, record.config, source
+            log.info("%s: the recorded %s %s is not valid here; using the default config", self.__name__,
+                     record.implementation, dict(record.config))
+        else:
+            log.debug("%s: no tuning record for workload %s on %s", self.__name__, graph.workload_key[:12],
+                      target.fingerprint[:12])
         return impls[0], impls[0].default_config(target), "default"
 
     def _open_db(self) -> Any:
@@ -405,16 +419,24 @@ class CompiledFunction:
 
     # -- introspection ----------------------------------------------------------------------------------
     def explain(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """What runs for these inputs: implementation, config and where the config came from."""
+        """What runs for these inputs: ``implementation``, ``config``, ``source`` (where the config came
+        from: db, tuned, default or eager), ``reason`` (why, in words), ``implementation_hash`` (the hash
+        its tuning records carry) and ``source_path`` (the generated C++/Triton file; None when eager)."""
         values, layout = self.callee.bind(args, kwargs)
         full = values + self.callee.read_state() if self.callee.state else values
         try:
             key = self._key(values, layout, full)
-        except NotAConstant:
-            return {"implementation": "eager", "config": None, "source": "eager"}
+        except NotAConstant as exc:
+            return {"implementation": "eager", "config": None, "source": "eager", "reason": str(exc),
+                    "implementation_hash": None, "source_path": None}
         entry = self._cache.get(key) or self._prepare(full, layout, key, len(values))
         return {"implementation": entry.impl or "eager", "config": None if entry.config is None else dict(entry.config),
-                "source": entry.source}
+                "source": entry.source, "reason": entry.reason, "implementation_hash": entry.hash,
+                "source_path": None if entry.path is None else str(entry.path)}
+
+
+_REASONS = {"db": "the best record in the tuning database", "tuned": "tuned on first call (tune='auto')",
+            "default": "no tuning record for this workload and implementation: the default config"}
 
 
 def _describe_devices(tensors: list) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from kernelgen.backends import get_backend
 from kernelgen.dispatch import compile
 from kernelgen.errors import InputMismatchError
 from kernelgen.implementation import implementations_for
+from kernelgen.target import Target
 from kernelgen.values import Config, FrozenMap, Measurement, Provenance, Status, TimeStats, TuningRecord
 
 pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")
@@ -110,7 +112,7 @@ def test_unsupported_graph_runs_eagerly_and_logs_once(caplog):
         for _ in range(3):
             torch.testing.assert_close(f(X), cumulative(X))
             torch.testing.assert_close(g(X, w), two_matmuls(X, w))
-    messages = [r.getMessage() for r in caplog.records if r.name == "kernelgen"]
+    messages = [r.getMessage() for r in caplog.records if r.name.startswith("kernelgen")]
     assert len(messages) == 2
     assert any("cumsum" in m for m in messages)
     out = torch.empty(24, 40)
@@ -142,7 +144,10 @@ def test_best_database_record_is_used_and_stale_ones_are_not(tmp_path):
     db.close()
     f = compile(bias_gelu, backend="cpp", db=url)
     torch.testing.assert_close(f(X, B), bias_gelu(X, B))
-    assert f.explain(X, B) == {"implementation": "pointwise", "config": tuned, "source": "db"}
+    explained = f.explain(X, B)
+    assert {k: explained[k] for k in ("implementation", "config", "source")} == \
+        {"implementation": "pointwise", "config": tuned, "source": "db"}
+    assert explained["implementation_hash"] == impl.source_hash()
     fresh = compile(bias_gelu, backend="cpp", db=f"sqlite:///{tmp_path / 'empty.sqlite'}")
     assert fresh.explain(X, B)["source"] == "default"
 
@@ -170,3 +175,23 @@ def test_tune_auto_tunes_on_first_call_only(monkeypatch):
     assert f.explain(y, B)["source"] == "tuned"
     with pytest.raises(Exception, match="tune"):
         compile(bias_gelu, tune="always")
+
+
+def test_explain_points_at_the_generated_source_it_runs():
+    f = compile(bias_gelu, backend="cpp")
+    explained = f.explain(X, B)
+    path = Path(explained["source_path"])
+    assert path.suffix == ".cpp" and path.is_file()
+    text = path.read_text()
+    impl = implementations_for(kernelgen.trace(bias_gelu, X, B), "cpp")[0]
+    rendered = impl.render(Config(explained["config"]), Target.current("cpp"))
+    assert rendered.text in text and f'extern "C" void {rendered.entry}' in text  # the kernel, as compiled
+    assert explained["implementation_hash"] == impl.source_hash()
+    assert explained["reason"]
+
+
+def test_explain_of_an_eager_signature_says_why_and_has_no_source():
+    f = compile(lambda x: x.sort().values, backend="cpp")
+    explained = f.explain(X)
+    assert explained["implementation"] == "eager" and explained["source_path"] is None
+    assert explained["reason"]

@@ -42,6 +42,15 @@ class _BoundLauncher:
         if hasattr(self.kernel, "num_threads"):
             self.kernel.num_threads = value
 
+    @property
+    def source_file(self) -> Any:
+        """The source compiled into the cache (a native library's ``.cpp`` beside it), else the registered file."""
+        compiled = getattr(self.kernel, "source_file", None)
+        library = getattr(self.kernel, "library_path", None)
+        if compiled is None and library is not None and library.with_suffix(".cpp").exists():
+            compiled = library.with_suffix(".cpp")
+        return compiled or self.entry.source_path
+
     def check(self, tensors: tuple[Any, ...]) -> None:
         if len(tensors) != len(self.specs):
             raise InputMismatchError(f"{self.entry.implementation_name} takes {len(self.specs)} tensors "
