@@ -4,6 +4,10 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from kernelgen import logs as _logs
+
+_logs.configure_from_env()  # KERNELGEN_LOG=debug|info|warning: the library's only handler, opt-in
+
 from kernelgen.dispatch import CompiledFunction, compile
 from kernelgen.errors import KernelgenError
 from kernelgen.ir import Graph, trace

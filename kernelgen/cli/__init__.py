@@ -23,7 +23,7 @@ app = typer.Typer(
 )
 
 # Command modules, in --help order. A module not written yet is skipped, never half-registered.
-_COMMAND_MODULES = ("devices", "tune", "replay", "report", "db", "registry")
+_COMMAND_MODULES = ("devices", "tune", "explain", "replay", "report", "db", "registry")
 
 
 def _version_callback(value: bool) -> None:
@@ -36,8 +36,14 @@ def _version_callback(value: bool) -> None:
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
                                  help="Print the version and exit."),
+    verbose: int = typer.Option(0, "--verbose", "-v", count=True,
+                                help="Log more: -v decisions, builds and trials (INFO), -vv everything (DEBUG)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Log errors only (no warnings, no trial lines)."),
 ) -> None:
     """kernelgen: tiled kernels from PyTorch functions, tuned per device."""
+    from kernelgen import logs
+
+    logs.configure_cli(verbose, quiet)
 
 
 for _name in _COMMAND_MODULES:

@@ -65,9 +65,15 @@ def register(app: typer.Typer) -> None:
         out = Console()
         if not out.is_terminal:
             out = Console(width=max(out.width, 160))  # piped or logged: do not squeeze configs into 80 columns
+            # A CI log shows nothing of a progress bar until the end: one plain log line per trial instead.
+            from kernelgen.logs import show_trial_lines
+
+            show_trial_lines()
         report: list[dict[str, Any]] = []
         try:
-            with _progress(as_json) as progress:
+            from kernelgen import logs
+
+            with _progress(as_json or not out.is_terminal or logs.quiet()) as progress:
                 for workload in workloads:
                     report.append(_tune_one(workload, database, progress, dict(
                         trials=trials, seconds=seconds, sampler=sampler, patience=patience, workers=workers,

@@ -7,10 +7,12 @@ reduction before pointwise (a pointwise chain is a reduction without reductions)
 from __future__ import annotations
 
 import importlib
+import logging
 
 from kernelgen.ir import Graph
 from kernelgen.templates.base import Problem, Template
 
+log = logging.getLogger(__name__)
 _FAMILIES = ("attention", "gemm", "reduction", "pointwise")
 
 
@@ -42,7 +44,9 @@ def match(graph: Graph) -> tuple[Template, Problem] | None:
     for template in templates():
         problem = template.match(graph)
         if problem is not None:
+            log.debug("workload %s matched template %s", graph.workload_key[:12], template.name)
             return template, problem
+    log.debug("workload %s (ops %s) matched no template", graph.workload_key[:12], sorted(graph.ops() - {"input"}))
     return None
 
 

@@ -90,6 +90,13 @@ def load_manifest(path: str | os.PathLike) -> list[Workload]:
     return workloads
 
 
+def workload_from_table(entry: dict[str, Any], where: str) -> Workload:
+    """One ``[[workload]]`` table (as a dict), validated and traced as ``load_manifest`` does (the
+    ``kernelgen explain module:fn --input ...`` form builds one from its options)."""
+    _importable_from_cwd()
+    return _workload(entry, where)
+
+
 def _unknown_keys(table: dict[str, Any], allowed: tuple[str, ...], where: str) -> None:
     unknown = sorted(set(table) - set(allowed))
     if unknown:
@@ -219,4 +226,4 @@ def workload_implementations(workload: Workload, graph: Graph) -> list[Any]:
     return [i for i in impls if workload.template is None or i.name == workload.template]
 
 
-__all__ = ["Workload", "load_manifest", "workload_implementations"]
+__all__ = ["Workload", "load_manifest", "workload_from_table", "workload_implementations"]

@@ -7,6 +7,7 @@ work) and the mechanics (threads, budgets, interruption) each stay small.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -16,6 +17,8 @@ from typing import Any
 from kernelgen.implementation import Implementation
 from kernelgen.tune.confirm import CONFIRM_ROUNDS, TIE_TOLERANCE, fastest, is_refused
 from kernelgen.values import Config, Evidence, Measurement, TimeStats, TuningRecord
+
+log = logging.getLogger(__name__)  # one INFO line per trial: the CLI shows them when stdout is not a tty
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,18 @@ class TrialEvent:
     done: int  # trials of this implementation so far (earlier runs included)
     budget: int | None
     best: float | None  # best median seconds of this implementation so far
+
+    def line(self) -> str:
+        """One plain progress line: implementation, phase, trial n/budget, config, status, time, best so far."""
+        from kernelgen.logs import trial_line
+
+        m = self.record.measurement
+        status = m.status.value + ("" if self.measured else " (recorded)")
+        if not m.ok and m.message:
+            status += f": {' '.join(m.message.split())[:120]}"
+        head = f"{self.record.implementation} {self.record.workload_key[:12]}" + \
+            (" confirm" if self.phase == "confirm" else "")
+        return f"{head} {trial_line(self.done, self.budget, dict(self.record.config), status, m.time and m.time.median, self.best)}"
 
 
 def is_confirmation(record: TuningRecord) -> bool:
@@ -97,6 +112,7 @@ class SearchState:
                 else:
                     self.since_best += 1
             event = TrialEvent(record, measured, phase, self.done, self.trials, self.best)
+        log.info("%s", event.line())
         if self.on_trial is not None:
             self.on_trial(event)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import importlib
 import json
+import logging
 import os
 import selectors
 import signal
@@ -34,6 +35,7 @@ from kernelgen.errors import KernelgenError
 from kernelgen.ir import Graph
 from kernelgen.values import Config, Measurement, Status, TimeStats
 
+log = logging.getLogger(__name__)
 WORKER_FACTORY_ATTR = "worker_factory"  # optional "module:callable" on an Implementation, see module docstring
 SETUP_TIMEOUT = 180.0  # importing torch and computing the reference; generous on a loaded machine
 BUILD_TIMEOUT = 600.0  # compiling one config, when no timeout is given
@@ -63,6 +65,7 @@ class WorkerProcess:
             [sys.executable, "-m", "kernelgen.tune.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self._stderr, env=env, start_new_session=True,  # Ctrl-C reaches the parent only
         )
+        log.debug("started measurement worker pid %d (%d threads)", self.proc.pid, threads)
         self._buffer = b""
         self.setup_key: str | None = None
         self.setups = 0  # implementations set up so far (more than 0: reused from the pool)
@@ -82,6 +85,8 @@ class WorkerProcess:
         if line is None:
             if self.alive():
                 self.kill()
+                log.warning("measurement worker pid %d gave no answer to %r within %g s; killed it",
+                            self.proc.pid, request.get("op"), timeout)
                 raise WorkerDied(Status.TIMEOUT, f"no answer within {timeout:g} s; the worker was killed")
             raise WorkerDied(Status.RUNTIME_ERROR, self._death_message())
         return json.loads(line)
@@ -209,12 +214,16 @@ class IsolatedMeasurer:
     def _ready(self) -> WorkerProcess:
         if self._worker is None or not self._worker.alive():
             if self._worker is not None:
+                log.info("measurement worker pid %d died; starting a fresh one for %s", self._worker.proc.pid,
+                         self._setup["implementation"])
                 self._worker.close()
                 self.restarts += 1
             self._worker = _acquire(self.threads)
         if self._worker.setup_key != self._key:
             reply = self._call_setup()
             if "error" in reply and self._worker.setups:
+                log.debug("pooled worker could not set up %s (%s); starting a fresh one",
+                          self._setup["implementation"], reply["error"])
                 # A pooled worker keeps what it imported for earlier graphs (a registration since edited or
                 # replaced): a fresh one starts from the sources as they are now.
                 self._worker.close()
@@ -258,6 +267,8 @@ class IsolatedMeasurer:
                 return Measurement.from_json(built["measurement"])
             reply = worker.call({"op": op, **payload}, self.timeout)
         except WorkerDied as exc:
+            log.info("%s %s: the worker died or hung (%s): %s", self._setup["implementation"], dict(config),
+                     exc.status.value, exc)
             worker.setup_key = None
             return Measurement(config=config, status=exc.status, message=" ".join(str(exc).split())[:2000],
                                threads=self.threads)
