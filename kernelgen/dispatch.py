@@ -415,6 +415,8 @@ class CompiledFunction:
         from kernelgen.tune.tuner import tune_graph
 
         seconds = self.seconds if self.seconds is not None or self.trials is not None else 60.0
+        log.info("%s: no tuning record for this signature; tuning it now (trials %s, seconds %s; one line per trial "
+                 "at INFO)", self.__name__, self.trials, seconds)
         return tune_graph(graph, backend=backend, db=self._open_db(), trials=self.trials, seconds=seconds).best
 
     # -- introspection ----------------------------------------------------------------------------------

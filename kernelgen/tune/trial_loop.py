@@ -40,9 +40,10 @@ class TrialEvent:
         status = m.status.value + ("" if self.measured else " (recorded)")
         if not m.ok and m.message:
             status += f": {' '.join(m.message.split())[:120]}"
-        head = f"{self.record.implementation} {self.record.workload_key[:12]}" + \
-            (" confirm" if self.phase == "confirm" else "")
-        return f"{head} {trial_line(self.done, self.budget, dict(self.record.config), status, m.time and m.time.median, self.best)}"
+        # A confirmation re-measures a finalist; it is not one more trial of the budget.
+        label = "confirmation round" if self.phase == "confirm" else f"trial {self.done}/{self.budget or '?'}"
+        line = trial_line(label, dict(self.record.config), status, m.time and m.time.median, self.best)
+        return f"{self.record.implementation} {self.record.workload_key[:12]} {line}"
 
 
 def is_confirmation(record: TuningRecord) -> bool:
