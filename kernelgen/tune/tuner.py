@@ -318,6 +318,9 @@ def _log_rounds(graph: Graph, conf: Confirmation[Any]) -> None:
                     graph.workload_key[:16], conf.doubt)
     elif conf.caveat:
         log.info("kernelgen tune %s: verdict declared with a caveat: %s", graph.workload_key[:16], conf.caveat)
+    elif conf.winner is not None:
+        log.info("kernelgen tune %s: verdict after %d confirmation rounds: %s", graph.workload_key[:16], conf.rounds,
+                 dict(conf.results[conf.winner][1].config))
 
 
 def _trial_times(records: Sequence[TuningRecord]) -> dict[tuple[str, Config], float]:
