@@ -36,7 +36,7 @@ def contenders(workload: Any, graph: Any, best: Any) -> dict[str, Callable[[], A
 
     from kernelgen.implementation import allocate_outputs, resolve
     from kernelgen.target import Target
-    from kernelgen.tune.measure import make_inputs
+    from kernelgen.check import make_inputs
 
     inputs = [view for _, view in make_inputs(graph.signature, 0)]
     outputs = allocate_outputs(graph)

@@ -46,11 +46,12 @@ class Implementation(ABC):
     def default_config(self, target: Target) -> Config:
         return self.space(target).default()
 
-    def check_launcher(self, launcher: Launcher, config: Config) -> Any:
-        """The implementation's own check of a built launcher beyond the comparison with the reference
-        (a custom call's registered tolerance): a failure ``Measurement``, or None when it passes. It runs
-        where the reference comparison runs: in an isolated worker (see ``kernelgen.tune.checked``)."""
-        return None
+    def tolerance(self, dtype: str) -> tuple[float, float] | None:
+        """``(rtol, atol)`` its outputs of ``dtype`` are checked with against the reference: the shared
+        table of ``kernelgen.check`` unless the implementation says otherwise (a custom call's ``tolerance=``)."""
+        from kernelgen.check import tolerance
+
+        return tolerance(dtype)
 
     def note_verdict(self, config: Config, verdict: Any) -> None:
         """Told the outcome of each first check of ``config`` (a ``kernelgen.tune.checked.Verdict``)."""

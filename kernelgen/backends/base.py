@@ -7,7 +7,6 @@ every shape), so a launch passes pointers only.
 
 from __future__ import annotations
 
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
@@ -70,19 +69,34 @@ class Backend(ABC):
     def synchronize(self) -> None:
         """Wait for queued work (no-op on the CPU)."""
 
+    def stopwatch(self) -> Any:
+        """The clock of ``kernelgen.tune.timing``: wall time around ``synchronize`` (GPU backends: events)."""
+        from kernelgen.tune.timing import Stopwatch
+
+        return Stopwatch(self.synchronize)
+
+    def cold_cache(self) -> Callable[[], None] | None:
+        """What runs untimed before each timed run so every run starts alike (a GPU's L2 flush), or None."""
+        return None
+
     def benchmark(self, fn: Callable[[], Any], *, min_time: float = 0.1, warmup: int = 2,
-                  min_repeats: int = 5, max_repeats: int = 200) -> TimeStats:
-        """Warm up, then repeat ``fn`` until ``min_time`` seconds and ``min_repeats`` runs have passed."""
-        for _ in range(warmup):
-            fn()
-        self.synchronize()
-        samples: list[float] = []
-        total = 0.0
-        while len(samples) < max_repeats and (len(samples) < min_repeats or total < min_time):
-            start = time.perf_counter()
-            fn()
-            self.synchronize()
-            elapsed = time.perf_counter() - start
-            samples.append(elapsed)
-            total += elapsed
-        return TimeStats.from_samples(samples)
+                  min_repeats: int = 5, max_repeats: int = 200, before: Callable[[], None] | None = None) -> TimeStats:
+        """Time ``fn`` with the one timing loop (``kernelgen.tune.timing.repeat``) on this backend's clock;
+        ``before`` runs untimed before every run (after the backend's own ``cold_cache`` step)."""
+        from kernelgen.tune.timing import repeat
+
+        return repeat(fn, self.stopwatch(), min_time=min_time, warmup=warmup, min_repeats=min_repeats,
+                      max_repeats=max_repeats, before=_chain(self.cold_cache(), before))
+
+
+def _chain(*steps: Callable[[], None] | None) -> Callable[[], None] | None:
+    """One callable running the given steps in order (None when there are none)."""
+    present = [step for step in steps if step is not None]
+    if len(present) <= 1:
+        return present[0] if present else None
+
+    def run() -> None:
+        for step in present:
+            step()
+
+    return run

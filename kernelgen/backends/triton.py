@@ -26,7 +26,7 @@ from kernelgen.backends.base import Backend, Kernel
 from kernelgen.errors import CompileError, InputMismatchError, ToolchainUnavailableError
 from kernelgen.paths import atomic_write_text, cache_dir
 from kernelgen.target import Target
-from kernelgen.values import Source, TensorSpec, TimeStats
+from kernelgen.values import Source, TensorSpec
 
 _TRUE = ("1", "true", "yes", "on")
 _CACHE_VERSION = "1"  # bump when write_module's layout or the launch convention changes
@@ -241,32 +241,38 @@ class TritonBackend(Backend):
 
             torch.cuda.synchronize()
 
-    def benchmark(self, fn: Callable[[], Any], *, min_time: float = 0.1, warmup: int = 2,
-                  min_repeats: int = 5, max_repeats: int = 200) -> TimeStats:
-        """On a GPU: CUDA-event timing with the L2 flushed between runs (as ``triton.testing.do_bench``);
-        under the interpreter: wall-clock timing (meaningless for tuning, but it runs)."""
-        if not self.has_gpu() or interpreter_active():
-            return super().benchmark(fn, min_time=min_time, warmup=warmup, min_repeats=min_repeats,
-                                     max_repeats=max_repeats)
+    def _on_gpu(self) -> bool:
+        return self.has_gpu() and not interpreter_active()
+
+    def stopwatch(self) -> Any:
+        """On a GPU: CUDA events (as ``triton.testing.do_bench``); under the interpreter: wall-clock time
+        (meaningless for tuning, but it runs)."""
+        return _EventStopwatch() if self._on_gpu() else super().stopwatch()
+
+    def cold_cache(self) -> Callable[[], None] | None:
+        """On a GPU: zero a 256 MiB buffer before each timed run, so every run finds a cold L2, as a kernel
+        inside a model does."""
+        if not self._on_gpu():
+            return None
         import torch
 
         flush = torch.empty(256 * 2**20 // 4, dtype=torch.int32, device="cuda")
-        for _ in range(warmup):
-            fn()
-        torch.cuda.synchronize()
-        samples: list[float] = []
-        total = 0.0
-        while len(samples) < max_repeats and (len(samples) < min_repeats or total < min_time):
-            flush.zero_()  # cold L2, as a kernel inside a model sees it
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            elapsed = start.elapsed_time(end) / 1e3
-            samples.append(elapsed)
-            total += elapsed
-        return TimeStats.from_samples(samples)
+        return flush.zero_
+
+
+class _EventStopwatch:
+    """Device time between two CUDA events, in seconds."""
+
+    def start(self) -> None:
+        import torch
+
+        self._start, self._end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        self._start.record()
+
+    def stop(self) -> float:
+        self._end.record()
+        self._end.synchronize()
+        return self._start.elapsed_time(self._end) / 1e3
 
 
 def load_entry(path: Path, entry: str) -> Any:

@@ -1,9 +1,9 @@
-"""Checking a custom call against its reference, and the record of the last check of each entry.
+"""The record of the last check of each custom call, for ``kernelgen registry list``.
 
-``run_check`` runs a launcher in this process: it is called inside the isolated check worker
-(``kernelgen.tune.checked``), never in the caller's process. The outcome of each first check is logged
-and kept in ``<cache>/custom_calls/checks/<entry>.json`` (written atomically) so ``kernelgen registry
-list`` shows why a call is never dispatched.
+The check itself is the one templates get (``kernelgen.check`` inside the isolated worker of
+``kernelgen.tune.checked``). The outcome of each first check is kept in
+``<cache>/custom_calls/checks/<entry>.json`` (written atomically) so ``kernelgen registry list`` shows why
+a call is never dispatched.
 """
 
 from __future__ import annotations
@@ -12,76 +12,13 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from kernelgen.errors import KernelgenError
 from kernelgen.paths import atomic_write_text, cache_dir
-from kernelgen.values import Config, Status, TensorSpec
+from kernelgen.values import Config, TensorSpec
 
-log = logging.getLogger("kernelgen.registry")
-
-
-def random_inputs(specs: Sequence[TensorSpec], device: str = "cpu", seed: int = 0) -> list[Any]:
-    """Deterministic random tensors for ``specs``: normal floats, small ints, fair bools."""
-    import torch
-
-    gen = torch.Generator().manual_seed(seed)
-    out = []
-    for spec in specs:
-        dtype = getattr(torch, spec.dtype)
-        if spec.dtype == "bool":
-            t = torch.rand(spec.shape, generator=gen) > 0.5
-        elif dtype.is_floating_point:
-            t = torch.randn(spec.shape, generator=gen, dtype=torch.float32).to(dtype)
-        else:
-            t = torch.randint(-8, 8, spec.shape, generator=gen).to(dtype)
-        out.append(t.to(device))
-    return out
-
-
-def compare(entry: Any, expected: Sequence[Any], actual: Sequence[Any]) -> str:
-    """'' when ``actual`` matches ``expected`` within the entry's tolerance, else what differs."""
-    import torch
-
-    for i, (want, got) in enumerate(zip(expected, actual)):
-        got = got.detach().cpu()
-        want = want.detach().cpu().to(got.dtype)
-        if got.shape != want.shape:
-            return f"output {i} has shape {list(got.shape)}, the reference {list(want.shape)}"
-        tol = entry.tolerance_for(str(got.dtype).removeprefix("torch."))
-        if got.dtype.is_floating_point:
-            g, w = got.double(), want.double()
-            if not torch.allclose(g, w, rtol=tol, atol=tol, equal_nan=True):
-                err = (g - w).abs().nan_to_num(float("inf")).max().item()
-                return f"output {i} differs from the reference by up to {err:.3g} (tolerance {tol:g})"
-        elif not torch.equal(got, want):
-            return f"output {i} differs from the reference in {(got != want).sum().item()} elements"
-    return ""
-
-
-def run_check(entry: Any, graph: Any, launcher: Callable[..., None], device: str = "cpu") -> tuple[Status, str] | None:
-    """Run ``launcher`` on random inputs of ``graph`` and compare with the reference with the entry's
-    tolerance: None when it matches, else ``(runtime_error, ...)`` when it raised or
-    ``(wrong_result, ...)``. Runs the kernel in this process: call it only inside a check worker."""
-    from kernelgen.implementation import allocate_outputs
-    from kernelgen.reference import evaluate
-    from kernelgen.registry import reference_for
-
-    inputs = random_inputs(graph.signature, device)
-    expected = evaluate(graph, [x.cpu() for x in inputs], custom_calls=reference_for)
-    outputs = [t.to(device) for t in allocate_outputs(graph)]
-    for t in outputs:
-        if t.dtype.is_floating_point:
-            t.fill_(float("nan"))  # a kernel that skips elements must not pass on leftover memory
-    try:
-        launcher(*inputs, *outputs)
-    except KernelgenError as exc:
-        return Status.RUNTIME_ERROR, f"raised {type(exc).__name__}: {exc}"
-    except Exception as exc:  # a hand-written launcher can raise anything; it is a failed check
-        return Status.RUNTIME_ERROR, f"raised {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
-    problem = compare(entry, expected, outputs)
-    return (Status.WRONG_RESULT, problem) if problem else None
+log = logging.getLogger(__name__)
 
 
 def _record_path(entry: Any) -> Any:

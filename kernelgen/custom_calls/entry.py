@@ -19,7 +19,6 @@ from kernelgen.values import Config, TensorSpec, content_hash
 
 _SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx", ".c", ".cu", ".hip", ".cl", ".py")
 _RESERVED = ("specs", "target")  # constraint arguments that are not params
-_DEFAULT_TOLERANCE = {"float16": 2e-2, "bfloat16": 5e-2}
 
 
 @dataclass(frozen=True)
@@ -92,9 +91,6 @@ class CustomCall:
                 "params": {p.name: list(p.choices) for p in self.params},
             }))
         return self._hash[0]
-
-    def tolerance_for(self, dtype: str) -> float:
-        return self.tolerance if self.tolerance is not None else _DEFAULT_TOLERANCE.get(dtype, 1e-3)
 
     def space(self, specs: Sequence[TensorSpec], target: Any) -> SearchSpace:
         """The params as a ``SearchSpace`` whose constraints see the problem's input specs and the target."""

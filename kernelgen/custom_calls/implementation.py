@@ -2,13 +2,13 @@
 
 ``build(config, target)`` loads (compiles, cached) the kernel and wraps the entry's launcher in one that
 validates the tensors it is given; it runs nothing. The check against the reference happens in an
-isolated worker (``kernelgen.tune.checked``), where ``check_launcher`` adds the entry's own comparison
-(its tolerance) to the tuner's; ``note_verdict`` records each outcome for ``kernelgen registry list``.
+isolated worker (``kernelgen.tune.checked``) with the checker templates use (``kernelgen.check``), under
+the entry's registered ``tolerance=`` when it has one; ``note_verdict`` records each outcome for
+``kernelgen registry list``.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from kernelgen import code_hash
@@ -18,10 +18,8 @@ from kernelgen.implementation import Implementation, Launcher
 from kernelgen.ir import Graph
 from kernelgen.space import SearchSpace
 from kernelgen.target import Target
-from kernelgen.values import Config, Measurement, TensorSpec
+from kernelgen.values import Config, TensorSpec
 
-_verdicts: dict[tuple[str, str, str, str], Any] = {}  # (implementation, source hash, workload, config) -> failure
-_verdict_lock = threading.Lock()
 
 
 class _BoundLauncher:
@@ -117,19 +115,11 @@ class CustomCallImplementation(Implementation):
         kernel = get_language(self.entry.language).load(self.entry, config)
         return _BoundLauncher(self.entry, self.graph, kernel, config, self.device)
 
-    def check_launcher(self, launcher: Any, config: Config) -> Measurement | None:
-        """The entry's own check (its inputs and tolerance), once per (workload, config) in this process.
-        It runs the kernel here: the tuner and ``kernelgen.tune.checked`` call it inside a worker."""
-        key = (self.name, self.source_hash(), self.graph.workload_key, config.key())
-        with _verdict_lock:
-            if key in _verdicts:
-                return _verdicts[key]
-        outcome = checks.run_check(self.entry, self.graph, launcher, self.device)
-        failure = None if outcome is None else Measurement.failure(
-            config, outcome[0], f"{self.name} failed its check against the reference: {outcome[1]}")
-        with _verdict_lock:
-            _verdicts[key] = failure
-        return failure
+    def tolerance(self, dtype: str) -> tuple[float, float] | None:
+        """The registered ``tolerance=`` as both rtol and atol, else the shared table."""
+        from kernelgen.check import tolerance
+
+        return tolerance(dtype, self.entry.tolerance)
 
     def note_verdict(self, config: Config, verdict: Any) -> None:
         checks.record(self.entry, self.graph.workload_key, self.graph.signature, config,
@@ -143,6 +133,4 @@ def forget_verdicts() -> None:
     """Drop the in-process check results (tests; after editing a kernel in a long-lived process)."""
     from kernelgen.tune import checked
 
-    with _verdict_lock:
-        _verdicts.clear()
     checked.forget()

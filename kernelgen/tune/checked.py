@@ -5,7 +5,7 @@ with a timeout, so a kernel that segfaults, aborts, exits or loops costs a ``Ver
 timeout, wrong_result, compile_error), never the caller. Dispatch and ``kernelgen registry check`` ask
 here; whatever a tuning database says, a config whose check failed is not run. Verdicts are kept in this
 process and on disk under a complete key (implementation and its source hash, config, workload and
-signature, target fingerprint, kernelgen version, thread count), so a config is checked once per machine.
+signature, target fingerprint, kernelgen version, thread count, tolerances), so a config is checked once per machine.
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from kernelgen.errors import KernelgenError
 from kernelgen.paths import atomic_write_text, cache_dir
 from kernelgen.values import Config, Status
 
-log = logging.getLogger("kernelgen")
+log = logging.getLogger(__name__)
 
 TIMEOUT_ENV = "KERNELGEN_CHECK_TIMEOUT"  # seconds one build or one check run may take in dispatch
 ISOLATE_ENV = "KERNELGEN_ISOLATE_CHECKS"  # "0": check in this process (a crash then ends it)
 DEFAULT_TIMEOUT = 60.0
-_FORMAT = 1  # bump when what a check does changes: older verdicts on disk are then never read
+_FORMAT = 2  # bump when what a check does changes: older verdicts on disk are then never read
 # A timeout can be the machine's load rather than the kernel: it is kept for this process only, so
 # the next process checks again instead of refusing a good kernel on this machine for ever.
 _NOT_ON_DISK = {Status.TIMEOUT}
@@ -102,7 +102,8 @@ def _key(impl: Any, config: Config, target: Any, threads: int) -> tuple[str, dic
     fields = {"format": _FORMAT, "implementation": impl.name, "backend": impl.backend,
               "source_hash": impl.source_hash(), "config": config.to_json(), "workload": impl.graph.workload_key,
               "signature": [s.to_json() for s in impl.graph.signature], "references": _references(impl.graph),
-              "target": target.fingerprint, "kernelgen": __version__, "threads": threads}
+              "target": target.fingerprint, "kernelgen": __version__, "threads": threads,
+              "tolerances": [impl.tolerance(s.dtype) for s in impl.graph.output_specs]}
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
     return digest, fields
 

@@ -2,8 +2,9 @@
 
 A ``Bench`` owns random inputs drawn from the graph's signature with a fixed seed, the eager reference's
 outputs for them, and the timing policy. ``Bench.measure(config)`` builds the kernel, checks it against the
-reference with dtype tolerances (``wrong_result`` otherwise) and only then times it: warm-up, then repeats
-until a minimum total time, median and spread, on a fixed and recorded CPU thread count. A timing whose
+reference (``kernelgen.check``: the one input generator and tolerance table of templates and custom calls;
+``wrong_result`` otherwise) and only then times it with the one timing loop (``kernelgen.tune.timing``):
+warm-up, then repeats until a minimum total time, median and spread, on a fixed and recorded CPU thread count. A timing whose
 repeats scatter or whose threads waited for a CPU is taken again (``TimingPolicy.retries`` times); one that
 stays unsteady says so in its message (``UNSTEADY``), which the confirmation rounds read. Inputs are
 restored from a pristine copy before every check and, for kernels that write their inputs, between runs.
@@ -12,26 +13,17 @@ restored from a pristine copy before every check and, for kernels that write the
 from __future__ import annotations
 
 import os
-import time
 import traceback
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from kernelgen.check import compare, make_inputs, poison
 from kernelgen.errors import CompileError, KernelgenError
 from kernelgen.implementation import Implementation, allocate_outputs
 from kernelgen.ir import Graph
 from kernelgen.target import Target
 from kernelgen.tune.load import WAIT_LIMIT, LoadProbe
-from kernelgen.values import Config, Measurement, Status, TensorSpec, TimeStats
-
-# (rtol, atol) per output dtype. Loose enough for -ffast-math (vectorised erf/tanh, reassociated sums),
-# tight enough that a wrong tile index or an unwritten block is far outside.
-TOLERANCES: dict[str, tuple[float, float]] = {
-    "float64": (1e-6, 1e-7),
-    "float32": (1e-3, 1e-4),
-    "float16": (1e-2, 1e-2),
-    "bfloat16": (4e-2, 4e-2),
-}
+from kernelgen.values import Config, Measurement, Status, TimeStats
 
 # Marks an ok measurement whose every timing attempt was unsteady; the rest of the message says how.
 UNSTEADY = "unsteady timing"
@@ -66,62 +58,6 @@ class TimingPolicy:
     def from_json(cls, data: dict[str, Any]) -> "TimingPolicy":
         return cls(**{k: data[k] for k in ("min_time", "warmup", "min_repeats", "max_repeats", "threads", "retries")
                       if k in data})
-
-
-def make_inputs(signature: tuple[TensorSpec, ...], seed: int = 0) -> list[tuple[Any, Any]]:
-    """``(storage, view)`` pairs: random values in a flat buffer, viewed with each spec's shape and strides.
-
-    Values are standard normal for floats, small integers for ints, fair coins for bools; the same seed
-    gives the same inputs in every process.
-    """
-    import torch
-
-    gen = torch.Generator().manual_seed(seed)
-    out = []
-    for spec in signature:
-        strides = spec.effective_strides()
-        size = 1 + sum((n - 1) * s for n, s in zip(spec.shape, strides)) if spec.numel else 0
-        dtype = getattr(torch, spec.dtype)
-        if dtype.is_floating_point:
-            base = torch.randn(size, generator=gen, dtype=torch.float32).to(dtype)
-        elif dtype == torch.bool:
-            base = torch.randint(0, 2, (size,), generator=gen).bool()
-        else:
-            low = 0 if dtype == torch.uint8 else -8
-            base = torch.randint(low, 9, (size,), generator=gen, dtype=torch.int64).to(dtype)
-        out.append((base, base.as_strided(spec.shape, strides)))
-    return out
-
-
-def compare(actual: Any, expected: Any, dtype: str) -> str | None:
-    """None when ``actual`` matches ``expected`` within ``TOLERANCES[dtype]``, else a one-line description.
-
-    Positions where the reference is not finite are not compared: with -ffast-math a kernel's inf/nan
-    behaviour is undefined, and inputs are random, so log/sqrt of negatives is expected there.
-    """
-    import torch
-
-    if tuple(actual.shape) != tuple(expected.shape):
-        return f"output shape {list(actual.shape)} differs from the reference's {list(expected.shape)}"
-    if dtype not in TOLERANCES:
-        bad = actual != expected
-        if not bool(bad.any()):
-            return None
-        index = tuple(int(i) for i in torch.nonzero(bad)[0])
-        return (f"{int(bad.sum())} of {bad.numel()} elements differ from the reference (exact {dtype}); "
-                f"first at {list(index)}: got {actual[index].item()}, expected {expected[index].item()}")
-    rtol, atol = TOLERANCES[dtype]
-    a, e = actual.double(), expected.double()
-    finite = torch.isfinite(e)
-    err = torch.where(finite, (a - e).abs(), torch.zeros_like(e))
-    err = torch.where(finite & ~torch.isfinite(a), torch.full_like(e, float("inf")), err)
-    bad = err > atol + rtol * e.abs().nan_to_num(0.0)
-    if not bool(bad.any()):
-        return None
-    index = tuple(int(i) for i in torch.nonzero(bad)[0])
-    return (f"{int(bad.sum())} of {bad.numel()} elements outside rtol={rtol} atol={atol}; "
-            f"max abs error {float(err.max()):.3g}; first at {list(index)}: got {a[index].item():.6g}, "
-            f"expected {e[index].item():.6g}")
 
 
 class Bench:
@@ -181,17 +117,17 @@ class Bench:
         check); a ``runtime_error`` / ``wrong_result`` measurement, or None when it passes."""
         launcher = self._launchers[config]
         self._restore()
-        self._poison_outputs()
+        poison(self.outputs)
         try:
             launcher(*self.inputs, *self.outputs)
             self.backend.synchronize()
         except Exception as exc:
             return self._failed(config, Status.RUNTIME_ERROR, _unexpected(exc) if not isinstance(exc, KernelgenError) else str(exc))
         for i, (out, exp, spec) in enumerate(zip(self.outputs, self.expected, self.graph.output_specs)):
-            problem = compare(out, exp, spec.dtype)
+            problem = compare(out, exp, spec.dtype, self.impl.tolerance(spec.dtype))
             if problem is not None:
                 return self._failed(config, Status.WRONG_RESULT, f"output {i}: {problem}")
-        return self.impl.check_launcher(launcher, config)
+        return None
 
     def run(self, config: Config) -> Measurement:
         """Check the built ``config`` against the reference, then time it."""
@@ -253,13 +189,6 @@ class Bench:
 
         return all(torch.equal(work, pristine) for (work, _), (pristine, _) in zip(self._work, self._pristine))
 
-    def _poison_outputs(self) -> None:
-        # An output the kernel forgets to write then fails the check instead of passing by luck.
-        import torch
-
-        for out in self.outputs:
-            out.fill_(float("nan") if out.dtype.is_floating_point else (True if out.dtype == torch.bool else 77))
-
     def _time(self, fn: Any, *, restore: bool) -> tuple[TimeStats, str]:
         """Time ``fn``, again while unsteady (at most ``policy.retries`` more times): the first steady
         timing, else the attempt with the smallest median (contention only ever adds time) and why it is
@@ -277,22 +206,9 @@ class Bench:
 
     def _time_once(self, fn: Any, *, restore: bool) -> TimeStats:
         p = self.policy
-        if not restore:
-            return self.backend.benchmark(fn, min_time=p.min_time, warmup=p.warmup,
-                                          min_repeats=p.min_repeats, max_repeats=p.max_repeats)
-        # In-place kernel: restore outside the timed region so the copy does not count.
-        for _ in range(p.warmup):
-            self._restore()
-            fn()
-        samples: list[float] = []
-        while len(samples) < p.max_repeats and (len(samples) < p.min_repeats or sum(samples) < p.min_time):
-            self._restore()
-            self.backend.synchronize()
-            start = time.perf_counter()
-            fn()
-            self.backend.synchronize()
-            samples.append(time.perf_counter() - start)
-        return TimeStats.from_samples(samples)
+        # An in-place kernel gets its inputs restored before every run, outside the timed region.
+        return self.backend.benchmark(fn, min_time=p.min_time, warmup=p.warmup, min_repeats=p.min_repeats,
+                                      max_repeats=p.max_repeats, before=self._restore if restore else None)
 
 
 def unsteadiness(stats: TimeStats, wait_fraction: float) -> str:
@@ -348,5 +264,5 @@ def pin_threads(threads: int) -> None:
         pass
 
 
-__all__ = ["Bench", "MAX_SPREAD", "TOLERANCES", "TimingPolicy", "UNSTEADY", "compare", "is_unsteady", "make_inputs",
-           "pin_threads", "reference_outputs", "unsteadiness"]
+__all__ = ["Bench", "MAX_SPREAD", "TimingPolicy", "UNSTEADY", "is_unsteady", "pin_threads", "reference_outputs",
+           "unsteadiness"]

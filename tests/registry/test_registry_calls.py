@@ -136,3 +136,27 @@ def test_a_change_of_compile_flags_is_a_new_custom_call_hash(registry, monkeypat
     flags = cpp.compile_flags()
     monkeypatch.setattr(cpp, "compile_flags", lambda: (*flags, "-fno-tree-vectorize"))
     assert impl.source_hash() != before
+
+
+OFF_BY_A_LITTLE_CPP = BIAS_GELU_CPP.replace("extern \"C\" void bias_only", r'''
+extern "C" void bias_gelu_off(const float* x, const float* b, float* y, int64_t rows, int64_t cols, int64_t) {
+    // bias_gelu plus 0.02: right by a registered tolerance of 0.05, wrong by the shared table.
+    for (int64_t i = 0; i < rows * cols; ++i) {
+        const float v = x[i] + b[i % cols];
+        y[i] = 0.5f * v * (1.0f + std::erf(v * 0.70710678f)) + 0.02f;
+    }
+}
+extern "C" void bias_only''')
+
+
+@pytest.mark.parametrize(("symbol", "tolerance", "status"), [
+    ("bias_gelu_off", 0.05, Status.OK),  # the registered tolerance is the check's, not one more on top of it
+    ("bias_gelu_off", None, Status.WRONG_RESULT),  # without one: the shared table of kernelgen.check
+    ("bias_gelu", 1e-12, Status.WRONG_RESULT),  # tighter than the table: the kernel's erf rounding shows
+])
+def test_a_registered_tolerance_governs_the_one_check(registry, checks_here, symbol, tolerance, status):
+    _register(source=OFF_BY_A_LITTLE_CPP, symbol=symbol, tolerance=tolerance, replaces=bias_gelu)
+    (impl,) = candidates(trace(bias_gelu, torch.randn(6, 40), torch.randn(40)), "cpp")
+    target = Target.current("cpp")
+    verdict = checked.check(impl, impl.default_config(target), target)
+    assert verdict.status is status, verdict.message

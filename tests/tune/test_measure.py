@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from kernelgen.target import Target
-from kernelgen.tune.measure import Bench, TimingPolicy, compare, make_inputs
+from kernelgen.check import compare, make_inputs
+from kernelgen.tune.measure import Bench, TimingPolicy
 from kernelgen.tune.worker import IsolatedMeasurer
 from kernelgen.values import Config, Status, TensorSpec
 
