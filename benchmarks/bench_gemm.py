@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +20,7 @@ import torch.nn.functional as F
 
 from kernelgen.backends.cpp import default_threads
 from kernelgen.dispatch import compile as kg_compile
+from kernelgen.tune.timing import Stopwatch, interleaved
 
 
 def _sdpa(causal: bool) -> Callable[..., Any]:
@@ -78,14 +78,7 @@ def bench_row(name: str, fn: Callable[..., Any], inputs: tuple, flops: float, re
             variants["compile"] = lambda: tc(*inputs)
         except Exception as exc:  # torch.compile needs a working toolchain and may reject the fn
             row["compile_error"] = " ".join(str(exc).split())[:200]
-    for f in variants.values():
-        f()
-    samples: dict[str, list[float]] = {k: [] for k in variants}
-    for _ in range(reps):
-        for key, f in variants.items():
-            t0 = time.perf_counter()
-            f()
-            samples[key].append(time.perf_counter() - t0)
+    samples = interleaved(variants, reps, Stopwatch())
     for key, values in samples.items():
         row[key] = statistics.median(values)
     row["config"] = info.get("config")

@@ -15,7 +15,6 @@ import importlib.util
 import json
 import os
 import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +23,7 @@ import torch.nn.functional as F
 
 from kernelgen.backends.cpp import build_shared_library, default_threads
 from kernelgen.dispatch import compile as kg_compile
+from kernelgen.tune.timing import Stopwatch, interleaved
 
 R, N = 8192, 4096
 
@@ -80,13 +80,7 @@ def make_triad(n: int) -> Callable[[], None]:
 
 def triad_bandwidth(n: int, reps: int) -> float:
     """Bytes per second of the triad, median of ``reps`` runs."""
-    run = make_triad(n)
-    run()
-    samples = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        run()
-        samples.append(time.perf_counter() - t0)
+    samples = interleaved({"triad": make_triad(n)}, reps, Stopwatch())["triad"]
     return 3 * 4 * n / statistics.median(samples)
 
 
@@ -123,14 +117,7 @@ def bench_row(name: str, fn: Callable, inputs: tuple, family: str, reps: int, us
             variants["compile"] = lambda: tc(*inputs)
         except Exception as exc:  # torch.compile needs a working C++ toolchain and may reject the fn
             row["compile_error"] = " ".join(str(exc).split())[:200]
-    for f in variants.values():
-        f()
-    samples: dict[str, list[float]] = {k: [] for k in variants}
-    for _ in range(reps):
-        for key, f in variants.items():
-            t0 = time.perf_counter()
-            f()
-            samples[key].append(time.perf_counter() - t0)
+    samples = interleaved(variants, reps, Stopwatch())
     for key, values in samples.items():
         row[key] = statistics.median(values)
     if family in ("pointwise", "reduction"):

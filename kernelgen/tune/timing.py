@@ -3,7 +3,8 @@
 Backends supply the clock (``Backend.stopwatch()``: wall clock around a synchronize on the CPU, device
 events on a GPU) and what must happen untimed before each run (``Backend.cold_cache``: flushing a GPU's
 L2); callers add their own untimed step (restoring the inputs of a kernel that writes them). Everything
-that times a kernel (tuning trials, confirmation rounds, eager baselines, ``Backend.benchmark``) comes here.
+that times a kernel (tuning trials, confirmation rounds, eager baselines, ``Backend.benchmark``) comes here;
+``interleaved`` is the same clock taking one run of each variant per round, for side-by-side benchmarks.
 """
 
 from __future__ import annotations
@@ -53,4 +54,18 @@ def repeat(fn: Callable[[], Any], stopwatch: Stopwatch, *, min_time: float = 0.1
     return TimeStats.from_samples(samples)
 
 
-__all__ = ["Stopwatch", "repeat"]
+def interleaved(variants: dict[str, Callable[[], Any]], rounds: int, stopwatch: Stopwatch) -> dict[str, list[float]]:
+    """Seconds of ``rounds`` runs of each variant, one run of each per round in turn, so every variant sees
+    the same machine load (benchmarks comparing kernelgen with eager and torch.compile). Each is warmed once."""
+    for fn in variants.values():
+        fn()
+    samples: dict[str, list[float]] = {key: [] for key in variants}
+    for _ in range(rounds):
+        for key, fn in variants.items():
+            stopwatch.start()
+            fn()
+            samples[key].append(stopwatch.stop())
+    return samples
+
+
+__all__ = ["Stopwatch", "interleaved", "repeat"]
