@@ -31,10 +31,14 @@ def _read_source(module: str) -> str | None:
 
 
 def _is_module(name: str) -> bool:
+    """Whether ``name`` is a module file, found without importing it (only its parent package)."""
+    parent, _, leaf = name.rpartition(".")
     try:
-        return importlib.util.find_spec(name) is not None
+        spec = importlib.util.find_spec(parent)
     except (ImportError, ValueError):
         return False
+    folders = spec.submodule_search_locations if spec is not None else None
+    return any((Path(f) / f"{leaf}.py").is_file() or (Path(f) / leaf / "__init__.py").is_file() for f in folders or ())
 
 
 def _imported(module: str, text: str) -> set[str]:
