@@ -438,7 +438,7 @@ class CompiledFunction:
 
 
 _REASONS = {"db": "the best record in the tuning database", "tuned": "tuned on first call (tune='auto')",
-            "default": "no tuning record for this workload and implementation: the default config"}
+            "default": "the implementation's default config (no usable tuning record)"}
 
 
 def _describe_devices(tensors: list) -> str:

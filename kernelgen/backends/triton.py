@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
@@ -66,7 +67,9 @@ def launch_meta(source: Source) -> tuple[tuple[TensorSpec, ...] | None, tuple[in
 def write_module(source: Source) -> Path:
     """The cached file holding ``source.text`` (written atomically once per source hash)."""
     path = cache_dir() / "triton" / source.hash[:2] / f"{source.entry}_{source.hash}.py"
-    if not path.exists():
+    if path.exists():
+        log.debug("triton cache hit: %s", path)
+    else:
         atomic_write_text(path, source.text)
     return path
 
@@ -227,9 +230,10 @@ class TritonBackend(Backend):
             cached = self._kernels.get(source.hash)
         if cached is not None:
             return cached
+        started = time.perf_counter()
         path = write_module(source)
-        fn = load_entry(path, source.entry)
-        log.info("loaded Triton kernel %s from %s", source.entry, path)
+        fn = load_entry(path, source.entry)  # Triton compiles it (with its own cache) at the first launch
+        log.info("loaded Triton kernel %s from %s in %.2f s", source.entry, path, time.perf_counter() - started)
         kernel = TritonKernel(source, fn, path, self.tensor_device())
         with self._lock:
             self._kernels[source.hash] = kernel
