@@ -103,9 +103,13 @@ def _key(impl: Any, config: Config, target: Any, threads: int) -> tuple[str, dic
               "source_hash": impl.source_hash(), "config": config.to_json(), "workload": impl.graph.workload_key,
               "signature": [s.to_json() for s in impl.graph.signature], "references": _references(impl.graph),
               "target": target.fingerprint, "kernelgen": __version__, "threads": threads,
-              "tolerances": [impl.tolerance(s.dtype) for s in impl.graph.output_specs]}
+              "tolerances": [_as_list(impl.tolerance(s.dtype)) for s in impl.graph.output_specs]}
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
     return digest, fields
+
+
+def _as_list(tol: tuple[float, float] | None) -> list[float] | None:
+    return None if tol is None else list(tol)  # as JSON reads it back: the stored key compares equal
 
 
 def _path(digest: str) -> Any:
