@@ -54,3 +54,16 @@ def test_out_on_the_inputs_device_is_accepted_and_another_refused():
     torch.testing.assert_close(out, torch.sigmoid(x) * x)
     with pytest.raises(InputMismatchError, match="out"):
         f(x, out=torch.empty(8, 16, device="meta"))
+
+
+def test_explain_points_at_the_triton_module_it_runs():
+    from pathlib import Path
+
+    x, b = torch.randn(4, 16).to(DEVICE), torch.randn(16).to(DEVICE)
+    f = compile(lambda x, b: F.gelu(x + b), backend="triton")
+    explained = f.explain(x, b)
+    path = Path(explained["source_path"])
+    assert path.suffix == ".py" and path.is_file()
+    text = path.read_text()
+    assert "@triton.jit" in text and "tl.erf" in text  # the kernel itself, gelu included
+    assert explained["implementation_hash"]
