@@ -86,14 +86,3 @@ def configure_from_env() -> None:
         configure(value)
     except KernelgenError as exc:
         logging.getLogger(__name__).warning("%s", exc)
-
-
-def trial_line(label: str, config: dict, status: str, seconds: float | None, best: float | None) -> str:
-    """``trial 3/20 block=1024 simd=True ok 12.3 µs (best 11.9 µs)``: the plain progress line of one trial
-    (``label`` is ``trial n/budget`` or ``confirmation round``)."""
-    from kernelgen.tune.report import fmt_time
-
-    params = " ".join(f"{k}={v}" for k, v in sorted(config.items()))
-    measured = fmt_time(seconds) if seconds is not None else "-"
-    best_text = fmt_time(best) if best is not None else "none yet"
-    return f"{label} {params} {status} {measured} (best {best_text})"

@@ -38,7 +38,10 @@ class Backend(ABC):
     - ``is_available()`` never raises; ``unavailable_reason()`` says what to install when it is False.
     - ``compile(source)`` returns a ``Kernel`` or raises ``CompileError`` whose message holds the path of
       the rendered source. Results are cached; compiling the same source twice is cheap.
-    - ``benchmark(fn)`` times a zero-argument callable and returns ``TimeStats`` in seconds.
+    - ``benchmark(fn)`` times a zero-argument callable and returns ``TimeStats`` in seconds, with the one
+      timing loop (``kernelgen.tune.timing``) on the backend's ``stopwatch()`` and ``cold_cache()`` step.
+    - ``recipe()`` is everything besides the source text that shapes a compiled kernel (compiler, version,
+      flags, cache format); it is part of every implementation hash.
     Instances are process-wide singletons (``kernelgen.backends.get_backend``) and thread-safe.
     """
 

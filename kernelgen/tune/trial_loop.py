@@ -34,7 +34,7 @@ class TrialEvent:
 
     def line(self) -> str:
         """One plain progress line: implementation, phase, trial n/budget, config, status, time, best so far."""
-        from kernelgen.logs import trial_line
+        from kernelgen.tune.report import fmt_time
 
         m = self.record.measurement
         status = m.status.value + ("" if self.measured else " (recorded)")
@@ -42,8 +42,11 @@ class TrialEvent:
             status += f": {' '.join(m.message.split())[:120]}"
         # A confirmation re-measures a finalist; it is not one more trial of the budget.
         label = "confirmation round" if self.phase == "confirm" else f"trial {self.done}/{self.budget or '?'}"
-        line = trial_line(label, dict(self.record.config), status, m.time and m.time.median, self.best)
-        return f"{self.record.implementation} {self.record.workload_key[:12]} {line}"
+        params = " ".join(f"{k}={v}" for k, v in sorted(self.record.config.items()))
+        measured = fmt_time(m.time.median) if m.time is not None else "-"
+        best = fmt_time(self.best) if self.best is not None else "none yet"
+        return (f"{self.record.implementation} {self.record.workload_key[:12]} {label} {params} {status} "
+                f"{measured} (best {best})")
 
 
 def is_confirmation(record: TuningRecord) -> bool:
