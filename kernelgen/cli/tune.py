@@ -61,18 +61,15 @@ def register(app: typer.Typer) -> None:
 
         from kernelgen.db import open_db
 
+        from kernelgen import logs
+
         database = open_db(db, team_url=team_db)
         out = Console()
         if not out.is_terminal:
             out = Console(width=max(out.width, 160))  # piped or logged: do not squeeze configs into 80 columns
-            # A CI log shows nothing of a progress bar until the end: one plain log line per trial instead.
-            from kernelgen.logs import show_trial_lines
-
-            show_trial_lines()
+            logs.show_trial_lines()  # a CI log shows nothing of a progress bar until the end: plain trial lines
         report: list[dict[str, Any]] = []
         try:
-            from kernelgen import logs
-
             with _progress(as_json or not out.is_terminal or logs.quiet()) as progress:
                 for workload in workloads:
                     report.append(_tune_one(workload, database, progress, dict(
