@@ -70,3 +70,14 @@ def test_the_recipe_names_compiler_flags_and_cache_format():
     assert recipe["flags"] == list(cpp.compile_flags())
     assert recipe["version"] == cpp.host_compiler_version(cpp.compiler())
     assert recipe["cache_format"] == cpp._CACHE_VERSION
+
+
+def test_editing_a_template_text_file_changes_the_hash(tmp_path, monkeypatch):
+    template = get_template("pointwise")
+    text = tmp_path / "pointwise.cpp.in"
+    text.write_text("// tile loop v1\n")
+    monkeypatch.setattr(type(template), "text_files", (str(text),))
+    before = template.source_hash("cpp")
+    text.write_text("// tile loop v2\n")
+    code_hash.forget()
+    assert template.source_hash("cpp") != before
