@@ -224,6 +224,17 @@ class Bench:
         stats, unsteady = self._time(lambda: evaluate(self.graph, self.inputs), restore=False)
         return None if unsteady else stats
 
+    def time_compiled(self) -> TimeStats | None:
+        """Time torch.compile (Inductor) of the eager reference on the same inputs, compiled and checked once
+        before its first timing; None when unsteady, as ``time_eager``. Raises
+        ``kernelgen.tune.references.ReferenceSkipped`` when Inductor fails or disagrees with the reference."""
+        from kernelgen.tune.references import compile_reference
+
+        if getattr(self, "_compiled", None) is None:
+            self._compiled = compile_reference(self.graph, self.inputs, self.expected)
+        stats, unsteady = self._time(self._compiled, restore=False)
+        return None if unsteady else stats
+
     # ------------------------------------------------------------------------------------- helpers
 
     def _failed(self, config: Config, status: Status, message: str) -> Measurement:
