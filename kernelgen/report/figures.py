@@ -131,6 +131,8 @@ def time_axis(times: list[float], title: str = "time (median)") -> dict[str, Any
 
 def log_ticks(lo: float, hi: float) -> list[float]:
     """Round tick values between ``lo`` and ``hi`` (a little beyond), three to about ten of them."""
+    if hi <= lo * 1.001:  # one value: plotly's range around it is its own, so one tick, at it
+        return [lo]
     lo, hi = lo / 1.01, hi * 1.01
     for mantissas in ((1,), (1, 2, 5), (1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9)):
         candidates = [m * 10.0 ** e for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 2)
@@ -145,7 +147,10 @@ def log_ticks(lo: float, hi: float) -> list[float]:
     base = 10.0 ** math.floor(math.log10(raw))
     step = next(m * base for m in (1, 2, 2.5, 5, 10) if m * base >= raw)
     first = math.ceil(lo / step)
-    return [k * step for k in range(first, math.floor(hi / step) + 1)]
+    ticks = [k * step for k in range(first, math.floor(hi / step) + 1)]
+    labels = [fmt_time(t) for t in ticks]
+    # Too narrow for distinct labels (one value, or a few within 0.1%): one tick, at the data.
+    return ticks if len(ticks) >= 2 and len(set(labels)) == len(labels) else [math.sqrt(lo * hi)]
 
 
 def _times(summary: WorkloadSummary) -> list[float]:
