@@ -88,11 +88,11 @@ def trials_figure(summary: WorkloadSummary) -> Any:
             customdata=[_hover(best, "★ best: what dispatch runs")], hovertemplate=HOVER), row=1, col=1)
     for ref in summary.references:
         if ref.time is not None:
-            label = f"{ref.name} {fmt_time(ref.time.median)}"
+            label = f"{html.escape(ref.name)} {fmt_time(ref.time.median)}"
             fig.add_trace(go.Scatter(
                 x=[0.5, after + 0.5], y=[ref.time.median] * 2, mode="lines", name=label,
                 line=dict(color="#555", width=1.2, dash=REFERENCE_DASH.get(ref.name, "dashdot")),
-                customdata=[f"<b>{html.escape(ref.name)}</b><br>{fmt_time(ref.time.median)}, timed in the ★'s rounds"] * 2,
+                customdata=[f"<b>{label}</b><br>timed in the ★'s rounds, on the same inputs"] * 2,
                 hovertemplate=HOVER), row=1, col=1)
     if confirmed:
         fig.add_vline(x=n + 0.5, line=dict(color="#aaa", width=1, dash="dot"), row=1, col=1)

@@ -51,13 +51,14 @@ def verdict_line(s: WorkloadSummary) -> str:
         return '<p class="verdict">No configuration ran correctly: nothing to dispatch (eager runs).</p>'
     how = {Evidence.DECLARED: "the tuner's verdict", Evidence.CONFIRMED: "a confirmed finalist (no verdict declared)",
            Evidence.TRIAL: "a search trial (never confirmed)"}[best.evidence]
+    t = best.measurement.time.median  # type: ignore[union-attr]
     parts = [f'<span class="star">★</span> <b>{html.escape(best.implementation)}</b> '
-             f"<code>{html.escape(config_text(best))}</code> — <b>{fmt_time(_time(best))}</b> ({how}, what dispatch runs)"]
+             f"<code>{html.escape(config_text(best))}</code> — <b>{fmt_time(t)}</b> ({how}, what dispatch runs)"]
     for ref in s.references:
-        if ref.time is not None and s.verdict_trusted:
-            parts.append(f"{ref.time.median / _time(best):.2f}× faster than {html.escape(ref.name)}"  # type: ignore[operator]
-                         if ref.time.median >= _time(best) else  # type: ignore[operator]
-                         f"{_time(best) / ref.time.median:.2f}× slower than {html.escape(ref.name)}")  # type: ignore[operator]
+        if ref.time is not None and s.verdict_trusted:  # refused rounds: their ratios are the load's
+            r = ref.time.median
+            name = html.escape(ref.name)
+            parts.append(f"{r / t:.2f}× faster than {name}" if r >= t else f"{t / r:.2f}× slower than {name}")
     from kernelgen.tune.confirm import note_of
 
     note = note_of(best)
@@ -84,8 +85,8 @@ def finalists_table(s: WorkloadSummary) -> str:
         label = BASELINE_LABELS.get(ref.name, ref.name)
         rows.append('<tr class="baseline">' + "".join((
             _cell(""), _cell(label), _cell(ref.message or "same inputs, same rounds"), _cell(fmt_time(t), "num"),
-            _cell(fmt_ratio(t, best_time) if trusted else "-", "num"), _cell(finalists[0].measurement.threads or "-", "num")))
-            + "</tr>")
+            _cell(fmt_ratio(t, best_time) if trusted else "-", "num"),
+            _cell(finalists[0].measurement.threads or "-", "num"))) + "</tr>")
     if not s.references and s.best is not None and s.best.evidence is not Evidence.TRIAL:
         rows.append('<tr class="baseline"><td></td><td colspan="5">eager and torch.compile were not timed in these '
                     "rounds (records of an older kernelgen, or tuned with <code>time_eager=False</code>)</td></tr>")

@@ -33,6 +33,23 @@ def test_references_round_trip_and_records_without_them_keep_their_json() -> Non
         Measurement.from_json({**m.to_json(), "references": [{"time": None}]})
 
 
+def test_references_survive_export_and_import(tmp_path) -> None:
+    from dataclasses import replace
+
+    from kernelgen.db import open_db
+    from tests.db.factories import record
+
+    stats = TimeStats(median=2e-5, min=1.9e-5, spread=0.01, repeats=9)
+    base = record(message="confirmed best: fastest round median of 3 interleaved rounds (rounds 0a1b2c3d)")
+    rec = replace(base, measurement=replace(base.measurement, references=(
+        Reference("eager", stats), Reference("torch.compile", None, "torch.compile failed: X: y"))))
+    with open_db(f"sqlite:///{tmp_path / 'a.sqlite'}") as a, open_db(f"sqlite:///{tmp_path / 'b.sqlite'}") as b:
+        a.commit(rec)
+        a.export(tmp_path / "records.jsonl")
+        b.import_file(tmp_path / "records.jsonl")
+        assert list(b.records()) == [rec]
+
+
 def test_inductor_failing_skips_torch_compile_with_the_reason(monkeypatch) -> None:
     import torch
 
