@@ -20,6 +20,8 @@ def register(app: typer.Typer) -> None:
         with open_db(db, read_only=True) as database:
             try:
                 count = write_report(database, out)
+            except ModuleNotFoundError as err:  # an environment installed before plotly became a dependency
+                raise KernelgenError(f"kernelgen report needs {err.name}: pip install {err.name}") from None
             except OSError as err:  # the report's path: the database's own errors are DatabaseErrors already
                 raise KernelgenError(f"cannot write the report {out}: {err.strerror or err}; pass --out with a "
                                      "path in a writable directory") from None

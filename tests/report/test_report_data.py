@@ -144,3 +144,18 @@ def test_the_page_is_self_contained_and_one_section_per_workload_and_target() ->
     ours = text.replace(get_plotlyjs(), "")
     assert not re.search(r'<script[^>]+src=|<link[^>]+href=|https?://', ours)  # ... and nothing else is fetched
     assert render_report([]).count("<section") == 0 and "kernelgen tune" in render_report([])
+
+
+def test_a_workload_whose_trials_all_failed_or_never_confirmed_still_renders() -> None:
+    search = [r for r in workload_records() if r.evidence.name == "TRIAL"]
+    failed = [r for r in search if not r.measurement.ok]
+    (s,) = summarise(failed)
+    assert s.best is None and s.finalists == [] and len(s.failures) == 3
+    assert "No configuration ran correctly" in render_report(failed)
+    assert not any(t.name.startswith("★") for t in trials_figure(s).data) and parameters_figure(s) is None
+    (s,) = summarise(search)  # a search that was interrupted before its confirmation rounds
+    fastest = min((r for r in search if r.measurement.ok), key=lambda r: r.measurement.time.median)
+    assert s.best == fastest and s.references == ()
+    star = _trace(trials_figure(s), "★")
+    assert list(star.x) == [search.index(fastest) + 1] and list(star.y) == [fastest.measurement.time.median]
+    assert "a search trial (never confirmed)" in render_report(search)
