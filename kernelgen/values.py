@@ -254,6 +254,28 @@ class TimeStats:
 
 
 @dataclass(frozen=True)
+class Reference:
+    """A baseline timed beside the finalists in the same confirmation rounds (eager PyTorch, torch.compile):
+    its time over those rounds, or none and why (``message``: skipped, failed, every round disturbed)."""
+
+    name: str
+    time: TimeStats | None = None
+    message: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "time": None if self.time is None else self.time.to_json(), "message": self.message}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "Reference":
+        _require(isinstance(data, dict) and isinstance(data.get("name"), str) and data["name"] != "",
+                 "a reference must be an object with a non-empty 'name'")
+        message = data.get("message", "")
+        _require(isinstance(message, str), f"reference {data['name']!r}: 'message' must be a string")
+        time_data = data.get("time")
+        return cls(data["name"], None if time_data is None else TimeStats.from_json(time_data), message)
+
+
+@dataclass(frozen=True)
 class Measurement:
     """What measuring one config produced: a status, time statistics when OK, and a message."""
 
@@ -262,6 +284,9 @@ class Measurement:
     time: TimeStats | None = None
     message: str = ""
     threads: int | None = None  # CPU threads the kernel ran with; recorded so timings compare fairly
+    # Baselines of the confirmation rounds this measurement came from (empty for search trials). Written to
+    # JSON only when present, so records without them keep their format and record_id.
+    references: tuple[Reference, ...] = ()
 
     def __post_init__(self) -> None:
         _require((self.status is Status.OK) == (self.time is not None),
@@ -282,6 +307,7 @@ class Measurement:
             "time": None if self.time is None else self.time.to_json(),
             "message": self.message,
             "threads": self.threads,
+            **({"references": [r.to_json() for r in self.references]} if self.references else {}),
         }
 
     @classmethod
@@ -296,12 +322,15 @@ class Measurement:
         _require(isinstance(message, str), "'message' must be a string")
         threads = data.get("threads")
         _require(threads is None or (isinstance(threads, int) and threads > 0), "'threads' must be a positive integer")
+        references = data.get("references", [])
+        _require(isinstance(references, list), "'references' must be a list when given")
         return cls(
             config=Config.from_json(data.get("config")),
             status=status,
             time=None if time_data is None else TimeStats.from_json(time_data),
             message=message,
             threads=threads,
+            references=tuple(Reference.from_json(r) for r in references),
         )
 
 

@@ -11,14 +11,17 @@ def register(app: typer.Typer) -> None:
         db: str = typer.Option(None, "--db", help="Tuning database URL (default: KERNELGEN_DB or the per-user SQLite file)."),
         out: str = typer.Option("kernelgen-report.html", "--out", help="HTML file to write."),
     ) -> None:
-        """Write an HTML report: per workload, best time so far against trial number, and the results."""
+        """Write an offline HTML report: per workload, every trial and the best so far, the ★ dispatch runs, the
+        parameters' effect, the finalists beside eager and torch.compile, failures, device and toolchain."""
         from kernelgen.db import open_db
         from kernelgen.errors import KernelgenError
-        from kernelgen.tune.report import write_report
+        from kernelgen.report import write_report
 
         with open_db(db, read_only=True) as database:
             try:
                 count = write_report(database, out)
+            except ModuleNotFoundError as err:  # an environment installed before plotly became a dependency
+                raise KernelgenError(f"kernelgen report needs {err.name}: pip install {err.name}") from None
             except OSError as err:  # the report's path: the database's own errors are DatabaseErrors already
                 raise KernelgenError(f"cannot write the report {out}: {err.strerror or err}; pass --out with a "
                                      "path in a writable directory") from None

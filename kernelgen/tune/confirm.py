@@ -1,22 +1,24 @@
 """Interleaved confirmation: the finalists of a tuning, the default config and eager PyTorch re-measured side by
 side in rounds, until the leader's time can be trusted or a bounded number of rounds says it cannot.
 
-The tuner's verdict, its "vs default" and its "vs eager" all come out of one ``confirm`` call, so the three
-times are taken in the same minutes under the same load, never minutes apart. A leader whose confirmed time
-stays far above what the search measured for it gets no verdict: its records say why, and a later run of
-the tuner confirms again.
+The tuner's verdict, its "vs default", its "vs eager" and its "vs torch.compile" all come out of one ``confirm``
+call, so the times are taken in the same minutes under the same load, never minutes apart. The baselines'
+times (``kernelgen.values.Reference``) are kept in every record of the rounds, for the report. A leader whose
+confirmed time stays far above what the search measured for it gets no verdict: its records say why, and a
+later run of the tuner confirms again.
 """
 
 from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from kernelgen.tune.measure import is_unsteady
-from kernelgen.values import CONFIRM_PREFIX, DECLARED_PREFIX, Measurement, Status, TimeStats, TuningRecord
+from kernelgen.tune.references import EAGER, ReferenceSkipped
+from kernelgen.values import CONFIRM_PREFIX, DECLARED_PREFIX, Measurement, Reference, Status, TimeStats, TuningRecord
 
 H = TypeVar("H")  # a finalist: a config of one implementation, or (implementation, config) in a showdown
 CONFIRM_ROUNDS = 3  # interleaved rounds at least: slow drifts of a noisy machine hit every candidate alike
@@ -43,15 +45,17 @@ class Finalist(Generic[H]):
 class Confirmation(Generic[H]):
     """What ``confirm`` found. ``results`` holds the finalists that ran ok in every round, each with the
     robust statistic as its ``time.median``; ``winner`` indexes it. ``doubt`` is why the winner's time
-    cannot be trusted ("" when it can); ``caveat`` a weaker warning that still allows a verdict."""
+    cannot be trusted ("" when it can); ``caveat`` a weaker warning that still allows a verdict.
+    ``references`` holds each baseline timed in the rounds (``eager`` repeats the eager one's time)."""
 
     results: list[tuple[H, Measurement]]
     winner: int | None
     eager: TimeStats | None
     rounds: int
-    measured: int = 0  # measurements taken (finalists and eager)
+    measured: int = 0  # measurements taken (finalists and baselines)
     doubt: str = ""
     caveat: str = ""
+    references: tuple[Reference, ...] = ()
     tag: str = field(default_factory=lambda: uuid.uuid4().hex[:8])  # names these rounds in every record
 
     @property
@@ -87,28 +91,41 @@ def fastest(results: Sequence[tuple[H, Measurement]], tie_key: Callable[[H], Any
 
 
 def confirm(finalists: Sequence[Finalist[H]], tie_key: Callable[[H], Any], *,
-            eager: Callable[[], TimeStats | None] | None = None, rounds: int = CONFIRM_ROUNDS,
+            eager: Callable[[], TimeStats | None] | None = None,
+            references: Mapping[str, Callable[[], TimeStats | None]] | None = None, rounds: int = CONFIRM_ROUNDS,
             max_rounds: int = MAX_ROUNDS) -> Confirmation[H]:
-    """Measure ``finalists`` (and ``eager``, when given) once per round in a rotating order, at least
-    ``rounds`` rounds and while the leader is in doubt at most ``max_rounds``. A finalist that fails once
-    drops out. Defaults win ties (``fastest`` with ``(not default, tie_key)``). Nothing is committed here.
+    """Measure ``finalists`` and the baselines (``eager``, ``references`` by name) once per round in a rotating
+    order, at least ``rounds`` rounds and while the leader is in doubt at most ``max_rounds``. A finalist that
+    fails once drops out; a baseline that raises ``ReferenceSkipped`` too, its reason kept. A baseline that
+    returns None (an unsteady timing) just misses that round. Defaults win ties (``fastest`` with
+    ``(not default, tie_key)``). Nothing is committed here.
     """
     n = len(finalists)
+    baselines = {**({EAGER: eager} if eager is not None else {}), **(references or {})}
+    names = list(baselines)
     runs: list[list[Measurement]] = [[] for _ in finalists]
-    eager_runs: list[TimeStats] = []
+    baseline_runs: dict[str, list[TimeStats]] = {name: [] for name in names}
+    skipped: dict[str, str] = {}
     failed: set[int] = set()
-    slots = list(range(n)) + ([n] if eager is not None else [])  # slot n: eager
+    slots = list(range(n + len(names)))  # slot n + k: the k-th baseline
     done = measured = 0
     while True:
         for j in range(len(slots)):
             slot = slots[(j + done) % len(slots)]
-            if slot == n or slot not in failed:
+            if slot >= n:
+                name = names[slot - n]
+                if name not in skipped:
+                    measured += 1
+                    try:
+                        t = baselines[name]()
+                    except ReferenceSkipped as exc:
+                        skipped[name] = str(exc)
+                    else:
+                        if t is not None:
+                            baseline_runs[name].append(t)
+                continue
+            if slot not in failed:
                 measured += 1
-            if slot == n:
-                t = eager()  # type: ignore[misc]
-                if t is not None:
-                    eager_runs.append(t)
-            elif slot not in failed:
                 m = finalists[slot].measure()
                 if m.ok and m.time is not None:
                     runs[slot].append(m)
@@ -128,8 +145,11 @@ def confirm(finalists: Sequence[Finalist[H]], tie_key: Callable[[H], Any], *,
     if winner is not None:
         disturbed = _disturbed_search(finalists[kept[winner]], summaries[winner][1])
         caveat = "; ".join(filter(None, [caveat, disturbed]))
-    eager_time = robust_time(eager_runs) if eager_runs else None
-    return Confirmation(results, winner, eager_time, done, measured, doubt, caveat)
+    refs = tuple(Reference(name, robust_time(baseline_runs[name]) if baseline_runs[name] else None,
+                           skipped.get(name) or ("" if baseline_runs[name] else f"no steady timing in {done} rounds"))
+                 for name in names)
+    eager_time = next((r.time for r in refs if r.name == EAGER), None)
+    return Confirmation(results, winner, eager_time, done, measured, doubt, caveat, references=refs)
 
 
 def _summary(runs: Sequence[Measurement]) -> Measurement:
@@ -184,7 +204,7 @@ def commit_confirmation(conf: Confirmation[H], declare: bool, commit: Callable[[
         if declare and conf.note:
             message += f"; {conf.note}"
         record = commit(finalist, Measurement(config=m.config, status=Status.OK, time=m.time, message=message,
-                                              threads=m.threads))
+                                              threads=m.threads, references=conf.references))
         out.append(record)
         if state is not None:
             state.report(record, measured=True, phase="confirm")

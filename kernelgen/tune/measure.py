@@ -160,6 +160,19 @@ class Bench:
         stats, unsteady = self._time(lambda: evaluate(self.graph, self.inputs), restore=False)
         return None if unsteady else stats
 
+    def time_compiled(self) -> TimeStats | None:
+        """Time torch.compile (Inductor) of the eager reference on the same inputs, compiled and checked once
+        before its first timing; None when unsteady, as ``time_eager``. Raises
+        ``kernelgen.tune.references.ReferenceSkipped`` when Inductor fails or disagrees with the reference."""
+        from kernelgen.tune.references import compile_reference
+
+        inputs, run = getattr(self, "_compiled", (None, None))
+        if inputs is not self.inputs:  # first call, or the inputs moved to a kernel's device since
+            run = compile_reference(self.graph, self.inputs, self.expected)
+            self._compiled = (self.inputs, run)
+        stats, unsteady = self._time(run, restore=False)
+        return None if unsteady else stats
+
     # ------------------------------------------------------------------------------------- helpers
 
     def _failed(self, config: Config, status: Status, message: str) -> Measurement:

@@ -203,10 +203,13 @@ def run_workers(space: Any, state: SearchState, commit: Callable[[Measurement], 
 
 class FunctionMeasurer:
     """An injected ``measure(impl, config)`` behind the measurer interface. When ``fn`` also has an
-    ``eager(impl)`` method, that times eager PyTorch in the confirmation rounds; else eager goes untimed."""
+    ``eager(impl)`` method, that times eager PyTorch in the confirmation rounds; else eager goes untimed.
+    Likewise ``compiled(impl)`` for torch.compile; without one, torch.compile is no contestant."""
 
     def __init__(self, impl: Implementation, fn: Callable[[Implementation, Config], Measurement]) -> None:
         self.impl, self.fn = impl, fn
+        compiled = getattr(fn, "compiled", None)
+        self.compiled = None if compiled is None else (lambda: compiled(impl))
 
     def measure(self, config: Config) -> Measurement:
         return self.fn(self.impl, config)

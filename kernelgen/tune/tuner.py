@@ -10,9 +10,9 @@ moment it is measured, and finally re-measure the top few and the default config
 implementations (templates, custom calls) compete, their winners and defaults are then re-measured side by
 side; the winner of that, or of the only implementation's confirmation, is committed as the *verdict*
 (``kernelgen.values.Evidence.DECLARED``) that ``TuningDB.best`` hands to dispatch. The rounds that declare
-the verdict also time eager PyTorch, so "vs default" and "vs eager" are figures of the same minutes. When
-the leader's confirmed time stays far from its search trial, no verdict is declared (logged, and said in
-the records), and the next run confirms again.
+the verdict also time eager PyTorch and torch.compile, so "vs default", "vs eager" and "vs torch.compile" are
+figures of the same minutes. When the leader's confirmed time stays far from its search trial, no verdict is
+declared (logged, and said in the records), and the next run confirms again.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from kernelgen.target import Target
 from kernelgen.tune.confirm import (CONFIRM_ROUNDS, NO_VERDICT, Confirmation, Finalist, commit_confirmation, confirm,
                                     is_refused, note_of, rounds_tag)
 from kernelgen.tune.measure import TimingPolicy
+from kernelgen.tune.references import contestants
 from kernelgen.tune.trial_loop import (FunctionMeasurer, SearchState, TrialEvent, is_confirmation, pick_winner,
                                        run_workers)
 from kernelgen.values import Config, Evidence, FrozenMap, Measurement, Provenance, TimeStats, TuningRecord
@@ -352,8 +353,8 @@ def _showdown(db: Any, graph: Graph, records: Sequence[TuningRecord], winners: l
                      for name in dict.fromkeys(name for name, _ in entries)}
         finalists = [Finalist(e, partial(measurers[e[0]].measure, e[1]), trials.get(e),
                               e[1] == by_name[e[0]].default_config(target)) for e in entries]
-        eager = measurers[entries[0][0]].eager if opts.time_eager else None
-        conf = confirm(finalists, lambda e: (e[0], e[1].key()), eager=eager)
+        baselines = contestants(measurers[entries[0][0]]) if opts.time_eager else None
+        conf = confirm(finalists, lambda e: (e[0], e[1].key()), references=baselines)
     recorders = {name: _Recorder(db, graph, by_name[name], target) for name in measurers}
     committed = commit_confirmation(conf, True, lambda e, m: recorders[e[0]].commit(m),
                                     f"the winners of {len(winners)} implementations")
@@ -448,7 +449,8 @@ def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Ta
                 # The default too: if it re-measures fastest, it wins. Ties (within TIE_TOLERANCE) go to it as
                 # well, so a config replaces the default only when it is measurably faster, not on noise.
                 conf = confirm([Finalist(c, partial(measurer.measure, c), trials[c], c == default) for c in chosen],
-                               lambda c: c.key(), eager=measurer.eager if declare and opts.time_eager else None)
+                               lambda c: c.key(),
+                               references=contestants(measurer) if declare and opts.time_eager else None)
             confirmed = commit_confirmation(conf, declare, lambda _c, m: recorder.commit(m),
                                             f"the top {len(chosen)} configs", state)
             records.extend(confirmed)

@@ -12,7 +12,8 @@ print cannot corrupt it): ``setup`` -> ``{"ok": true}`` | ``{"error": msg}``; ``
 config -> ``{"measurement": ...}`` (``build`` answers ``{"ok": true}`` when the config compiled);
 ``check`` with a built config -> ``{"ok": true}`` | ``{"measurement": failure}`` (one run compared with the
 reference, not timed: the first check of a config in dispatch and ``registry check``);
-``eager`` -> ``{"time": ...}``.
+``eager`` -> ``{"time": ...}``; ``compiled`` (torch.compile of the reference) -> ``{"time": ...}`` |
+``{"skipped": reason}``.
 """
 
 from __future__ import annotations
@@ -284,6 +285,19 @@ class IsolatedMeasurer:
             return None
         return TimeStats.from_json(reply["time"]) if "time" in reply else None
 
+    def compiled(self) -> TimeStats | None:
+        """Time torch.compile of the reference in the worker (compiling it on the first call); None when
+        unsteady; ``ReferenceSkipped`` when it cannot be compiled or the worker dies on it."""
+        from kernelgen.tune.references import COMPILE_TIMEOUT, ReferenceSkipped
+
+        try:
+            reply = self._ready().call({"op": "compiled"}, max(self.build_timeout, COMPILE_TIMEOUT))
+        except WorkerDied as exc:
+            raise ReferenceSkipped(f"torch.compile: {exc}") from None
+        if "skipped" in reply:
+            raise ReferenceSkipped(reply["skipped"])
+        return TimeStats.from_json(reply["time"]) if "time" in reply else None
+
     def close(self) -> None:
         if self._worker is not None:
             _release(self._worker)
@@ -323,6 +337,9 @@ class InProcessMeasurer:
     def eager(self) -> TimeStats | None:
         return self.bench.time_eager()
 
+    def compiled(self) -> TimeStats | None:
+        return self.bench.time_compiled()
+
     def close(self) -> None:
         pass
 
@@ -360,6 +377,14 @@ class _Session:
             return {"error": "worker not set up"}
         if op == "eager":
             stats = self.bench.time_eager()
+            return {} if stats is None else {"time": stats.to_json()}
+        if op == "compiled":
+            from kernelgen.tune.references import ReferenceSkipped
+
+            try:
+                stats = self.bench.time_compiled()
+            except ReferenceSkipped as exc:
+                return {"skipped": str(exc)}
             return {} if stats is None else {"time": stats.to_json()}
         config = Config.from_json(request["config"])
         if op == "build":

@@ -48,3 +48,50 @@ def test_the_smallest_round_median_is_the_time_and_a_tie_goes_to_the_default() -
     finalists = [_finalist(log, "a", [0.999, 5.0, 5.0]), _finalist(log, "z-default", [5.0, 1.0, 5.0], default=True)]
     conf = confirm(finalists, str)
     assert conf.results[conf.winner][0] == "z-default"  # 0.999 vs 1.0 is within the tie tolerance
+
+
+def test_torch_compile_is_a_baseline_of_every_round_and_its_time_reaches_every_record() -> None:
+    from kernelgen.tune.confirm import commit_confirmation
+    from kernelgen.values import Reference
+
+    log: list[str] = []
+    finalists = [_finalist(log, "a", [1.0] * 9, trial=1.0), _finalist(log, "d", [2.0] * 9, trial=2.0, default=True)]
+
+    def baseline(name: str, times):
+        it = iter(times)
+
+        def run() -> TimeStats | None:
+            log.append(name)
+            t = next(it)
+            return None if t is None else _stats(t)
+        return run
+
+    # torch.compile's second round was disturbed (None): it misses that round, and keeps the fastest of the rest
+    conf = confirm(finalists, str, eager=baseline("eager", [4.0, 4.2, 4.1]),
+                   references={"torch.compile": baseline("torch.compile", [0.9, None, 0.8])})
+    rounds = [log[i:i + 4] for i in range(0, len(log), 4)]
+    assert len(rounds) == CONFIRM_ROUNDS and all(sorted(r) == ["a", "d", "eager", "torch.compile"] for r in rounds)
+    assert conf.measured == 4 * CONFIRM_ROUNDS
+    by_name = {r.name: r for r in conf.references}
+    assert list(by_name) == ["eager", "torch.compile"] and conf.eager.median == 4.0
+    assert by_name["torch.compile"].time.median == 0.8 and by_name["torch.compile"].message == ""
+    records = commit_confirmation(conf, True, lambda item, m: m, "test")
+    assert all(m.references == conf.references for m in records)  # the report reads them off the verdict
+    assert all(isinstance(r, Reference) for r in records[0].references)
+
+
+def test_a_baseline_that_cannot_compile_is_skipped_with_its_reason_and_the_rounds_go_on() -> None:
+    from kernelgen.tune.references import ReferenceSkipped
+
+    log: list[str] = []
+    calls = []
+
+    def broken() -> TimeStats:
+        calls.append(1)
+        raise ReferenceSkipped("torch.compile failed: InductorError: no C++ compiler")
+
+    conf = confirm([_finalist(log, "a", [1.0] * 9, trial=1.0)], str, references={"torch.compile": broken})
+    assert len(calls) == 1 and len(log) == CONFIRM_ROUNDS  # tried once, then left out of the later rounds
+    (ref,) = conf.references
+    assert ref.time is None and ref.message == "torch.compile failed: InductorError: no C++ compiler"
+    assert conf.results[conf.winner][0] == "a" and not conf.doubt
