@@ -401,7 +401,18 @@ class CompiledFunction:
         from kernelgen.tune.tuner import tune_graph
 
         seconds = self.seconds if self.seconds is not None or self.trials is not None else 60.0
-        return tune_graph(graph, backend=backend, db=self._open_db(), trials=self.trials, seconds=seconds).best
+        return tune_graph(graph, backend=backend, db=self._open_db(), trials=self.trials, seconds=seconds,
+                          name=self.workload_name).best
+
+    @property
+    def workload_name(self) -> str:
+        """The name its tuning records carry: the compiled function's ``module.qualname``."""
+        from kernelgen.frontend.callables import _innermost
+
+        inner = _innermost(self.fn)
+        qualname = getattr(inner, "__qualname__", None) or type(inner).__qualname__
+        module = getattr(inner, "__module__", None)
+        return f"{module}.{qualname}" if isinstance(module, str) else str(qualname)
 
     # -- introspection ----------------------------------------------------------------------------------
     def explain(self, *args: Any, **kwargs: Any) -> dict[str, Any]:

@@ -36,7 +36,10 @@ def _decode(data: str) -> TuningRecord:
     return TuningRecord.from_json(json.loads(data))
 
 
-def _workload_clause(workload: str):
+def _workload_clause(workload: str, by_name: bool):
+    """Records of the workload named ``workload`` (``by_name``), else whose key is or starts with it."""
+    if by_name:
+        return T.c.name == workload
     escaped = workload.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return or_(T.c.workload_key == workload, T.c.workload_key.like(escaped + "%", escape="\\"))
 
@@ -308,14 +311,23 @@ class TuningDB:
                                      implementation=implementation)
         return rank(groups, signature, limit)
 
-    def records(self, *, target: str | None = None, workload: str | None = None) -> Iterator[TuningRecord]:
-        """Every record (ascending record_id); ``target`` matches fingerprint or family, ``workload`` a key
-        or key prefix. Reads in pages, so it is safe to write to the database while iterating."""
+    def has_name(self, name: str) -> bool:
+        """Whether some record carries the workload name ``name``."""
+        with self._tx() as conn:
+            return conn.scalar(select(T.c.record_id).where(T.c.name == name).limit(1)) is not None
+
+    def records(self, *, target: str | None = None, workload: str | None = None,
+                workload_is_name: bool | None = None) -> Iterator[TuningRecord]:
+        """Every record (ascending record_id); ``target`` matches fingerprint or family. ``workload`` is a
+        workload name or a key (prefix): the name wins, i.e. when some record carries that name only the
+        records of that name are returned, else those whose key is or starts with it (``workload_is_name``
+        decides instead when given). Reads in pages, so it is safe to write to the database while iterating."""
         clauses = []
         if target is not None:
             clauses.append(_target_clause(target))
         if workload is not None:
-            clauses.append(_workload_clause(workload))
+            by_name = self.has_name(workload) if workload_is_name is None else workload_is_name
+            clauses.append(_workload_clause(workload, by_name))
         last = ""
         while True:
             stmt = (select(T.c.record_id, T.c.data).where(T.c.record_id > last, *clauses)

@@ -30,15 +30,14 @@ class WorkloadSummary:
     signature: str
     by_implementation: dict[str, list[TuningRecord]]  # search trials in time order (confirmations apart)
     confirmations: list[TuningRecord]
+    name: str | None = None  # the workload's human name (the newest record's), None for unnamed records
 
     @property
     def best(self) -> TuningRecord | None:
-        """What dispatch runs: the tuner's verdict (the rule ``TuningDB.best`` follows), else the fastest trial."""
-        from kernelgen.db.nearest import best_key
+        """What dispatch runs: ``kernelgen.db.verdict.verdict``, the one definition ``TuningDB.best`` follows."""
+        from kernelgen.db.verdict import verdict
 
-        pool = [r for r in self.confirmations if r.measurement.ok] or \
-            [r for rs in self.by_implementation.values() for r in rs if r.measurement.ok]
-        return min(pool, key=best_key) if pool else None
+        return verdict([*self.confirmations, *(r for rs in self.by_implementation.values() for r in rs)])
 
 
 def summarise(records: Iterable[TuningRecord]) -> list[WorkloadSummary]:
@@ -55,20 +54,23 @@ def summarise(records: Iterable[TuningRecord]) -> list[WorkloadSummary]:
             if not is_confirmation(r):
                 by_impl[r.implementation].append(r)
         signature = ", ".join(f"{s.dtype}{list(s.shape)}" for s in rs[0].signature)
+        named = [r.name for r in rs if r.name]
         out.append(WorkloadSummary(key, fingerprint, rs[0].device, signature, dict(by_impl),
-                                   [r for r in rs if is_confirmation(r)]))
+                                   [r for r in rs if is_confirmation(r)], named[-1] if named else None))
     return out
 
 
 def best_so_far(records: Sequence[TuningRecord]) -> list[float | None]:
-    """Best median time after each trial (None until the first ok trial)."""
-    best: float | None = None
+    """The median time of the best record (``kernelgen.db.verdict.best_key``) after each one (None until the
+    first ok record): for search trials, the fastest so far."""
+    from kernelgen.db.verdict import best_key
+
+    best: TuningRecord | None = None
     out: list[float | None] = []
     for r in records:
-        t = r.measurement.time
-        if t is not None and (best is None or t.median < best):
-            best = t.median
-        out.append(best)
+        if r.measurement.ok and (best is None or best_key(r) < best_key(best)):
+            best = r
+        out.append(None if best is None else best.measurement.time.median)  # type: ignore[union-attr]
     return out
 
 
@@ -135,6 +137,8 @@ def _table(summary: WorkloadSummary) -> str:
         fastest = min(ok, key=lambda r: r.measurement.time.median) if ok else None  # type: ignore[union-attr]
         confirmed = [r for r in summary.confirmations if r.implementation == name]
         shown = min(confirmed, key=lambda r: r.measurement.time.median) if confirmed else fastest  # type: ignore[union-attr]
+        if best is not None and best.implementation == name:
+            shown = best  # the starred row names what dispatch runs
         failures = defaultdict(int)
         for r in rs:
             if not r.measurement.ok:
@@ -156,7 +160,7 @@ def render_report(records: Iterable[TuningRecord], *, title: str = "kernelgen tu
     for s in summaries:
         series = {name: best_so_far(rs) for name, rs in s.by_implementation.items()}
         sections.append(
-            f'<section><h2>{html.escape(s.signature)}</h2>'
+            f'<section><h2>{html.escape(f"{s.name} · {s.signature}" if s.name else s.signature)}</h2>'
             f'<p class="meta">workload {html.escape(s.workload_key)} · {html.escape(s.device)} · target '
             f'{html.escape(s.target_fingerprint)}</p>{convergence_svg(series)}{_table(s)}</section>')
     body = "".join(sections) or "<p>The database holds no tuning records yet: run <code>kernelgen tune</code>.</p>"
