@@ -22,7 +22,7 @@ from kernelgen.errors import KernelgenError
 from kernelgen.space import SearchSpace
 from kernelgen.tune.domain import Domain
 from kernelgen.tune.samplers import (ATTR_SKIPPED, ATTR_STATUS, BayesSampler, DomainSampler,
-                                     ExhaustiveSampler, History, ProjectedSampler, RandomSampler,
+                                     ExhaustiveSampler, History, ParamValues, ProjectedSampler, RandomSampler,
                                      distributions)
 from kernelgen.values import Config, Measurement
 
@@ -186,7 +186,7 @@ class Searcher:
             if row in hist.seen:
                 continue
             hist.seen.add(row)
-            self.study.enqueue_trial(dict(zip(self.domain.names, row)), skip_if_exists=True)
+            self.study.enqueue_trial(ParamValues.of(self.domain).params(row), skip_if_exists=True)
 
     def _history(self) -> History:
         return History.of(self.study, self.domain)
@@ -198,10 +198,10 @@ class Searcher:
             if size is not None and len(hist.seen) >= size and not hist.waiting:
                 return None
             trial = self.study.ask(distributions(self.domain))
-            row = tuple(int(trial.params[name]) for name in self.domain.names)
-            config = self.domain.decode(row)
+            row = ParamValues.of(self.domain).row(trial.params)
+            config = None if row is None else self.domain.decode(row)
             taken = History.of(self.study, self.domain, exclude=trial.number).seen
-            if row in taken or not self.space.is_valid(config):
+            if row is None or config is None or row in taken or not self.space.is_valid(config):
                 # A warm start another worker took meanwhile, or nothing unseen was left to propose.
                 trial.set_user_attr(ATTR_SKIPPED, True)
                 self.study.tell(trial, state=TrialState.FAIL)
