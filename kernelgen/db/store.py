@@ -212,7 +212,8 @@ class TuningDB:
              toolchain: Mapping[str, str] | None = None) -> TuningRecord | None:
         """The record dispatch should run for the workload on exactly this target: the newest one the tuner
         declared best, else the fastest confirmed finalist, else the fastest ok trial (ties: smallest
-        record_id). See ``kernelgen.values.Evidence``: a lucky single sample never outranks a verdict.
+        record_id). See ``kernelgen.values.Evidence``: a lucky single sample never outranks a verdict. This
+        is ``kernelgen.db.verdict.verdict`` over those records, run in SQL on an index.
 
         ``implementations`` (name -> implementation hash) restricts to those exact pairs; ``toolchain``
         restricts to records measured with exactly that toolchain mapping.
@@ -260,7 +261,7 @@ class TuningDB:
                 stmt = stmt.where(T.c.toolchain_hash == bindparam("tc"))
             if newest_verdict:
                 stmt = stmt.where(T.c.evidence == int(Evidence.DECLARED))
-                order = (T.c.created_at.desc(), T.c.record_id)
+                order = (T.c.created_at.desc(), T.c.time_median, T.c.record_id)  # verdict.best_key's order
             else:
                 order = (T.c.evidence, T.c.time_median, T.c.record_id)
             compiled = stmt.order_by(*order).limit(1).compile(dialect=self._engine.dialect)

@@ -124,3 +124,23 @@ def test_db_show_filters_and_shows_by_name(sqlite_url: str, capsys, monkeypatch,
     assert "3 record(s)" in out and "bias_gelu" in out and "rmsnorm" in out and "name" in out
     assert main(["db", "export", "--workload", "rmsnorm", "--db", sqlite_url, str(tmp_path / "rms.jsonl")]) == 0
     assert "exported 1 record(s)" in capsys.readouterr().out
+
+
+def test_sql_best_is_the_verdict_function(store) -> None:
+    """``TuningDB.best`` (SQL on an index) and ``kernelgen.db.verdict`` (everything else) rank alike, ties in
+    time and in the verdicts' age included."""
+    from kernelgen.db.verdict import verdict
+
+    records = []
+    for i in range(40):
+        evidence = (Evidence.DECLARED, Evidence.CONFIRMED, Evidence.TRIAL)[i % 3]
+        records.append(f.record(workload=f"wk-{i % 4}", seed=i, median=1e-5 * (1 + i % 5),
+                                created_at=1_700_000_000.0 + i % 2, evidence=evidence,
+                                status="ok" if i % 7 else "timeout"))
+    store.commit_many(records)
+    for k in range(4):
+        mine = [r for r in records if r.workload_key == f"wk-{k}"]
+        assert store.best(f"wk-{k}", f.TARGET) == verdict(mine)
+        trials_only = [r for r in mine if r.evidence is Evidence.TRIAL]
+        assert verdict(trials_only) == min((r for r in trials_only if r.measurement.ok),
+                                           key=lambda r: (r.measurement.time.median, r.record_id))
