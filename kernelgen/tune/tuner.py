@@ -290,6 +290,9 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
         if result.best is not None:
             result.default = _default_record(result.trials, result.best, impls, target)
             result.note = note_of(result.best)
+            if rounds is not None and rounds[0].doubt and rounds[0].winner is not None:
+                # This call's rounds refused a verdict: say why, whichever earlier finalist dispatch runs.
+                result.note = note_of(rounds[1][rounds[0].winner])
     finally:
         if own_db:
             db.close()
