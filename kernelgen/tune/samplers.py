@@ -2,21 +2,20 @@
 
 Each sampler proposes a whole config at once through ``sample_relative``. Samplers think in rows of choice
 indices (``Domain``); the study holds the real values (``distributions``: categorical over the real
-choices, integers as integers), so optuna-dashboard plots block sizes, not their positions in a list.
-``ParamValues`` translates between the two. Built-in Optuna samplers (TPE, CMA-ES, QMC) are wrapped by ``ProjectedSampler``:
-their proposal is kept when valid and new, else moved to the nearest valid unseen config, so a constraint
-violation never costs a measurement. ``RandomSampler``, ``ExhaustiveSampler`` and ``BayesSampler`` pick
+choices, integers as integers), so optuna-dashboard plots block sizes, not their positions in a list;
+``ParamValues`` translates between the two. Built-in Optuna samplers (TPE, CMA-ES, QMC) are wrapped by
+``ProjectedSampler``: their proposal is kept when valid and new, else moved to the nearest valid unseen
+config, so a constraint violation never costs a measurement. ``RandomSampler``, ``ExhaustiveSampler`` and ``BayesSampler`` pick
 straight from the valid set.
 """
 
 from __future__ import annotations
 
+import math
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-import math
-import weakref
 
 import numpy as np
 import optuna
