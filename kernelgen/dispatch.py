@@ -417,7 +417,18 @@ class CompiledFunction:
         seconds = self.seconds if self.seconds is not None or self.trials is not None else 60.0
         log.info("%s: no tuning record for this signature; tuning it now (trials %s, seconds %s; one line per trial "
                  "at INFO)", self.__name__, self.trials, seconds)
-        return tune_graph(graph, backend=backend, db=self._open_db(), trials=self.trials, seconds=seconds).best
+        return tune_graph(graph, backend=backend, db=self._open_db(), trials=self.trials, seconds=seconds,
+                          name=self.workload_name).best
+
+    @property
+    def workload_name(self) -> str:
+        """The name its tuning records carry: the compiled function's ``module.qualname``."""
+        from kernelgen.frontend.callables import _innermost
+
+        inner = _innermost(self.fn)
+        qualname = getattr(inner, "__qualname__", None) or type(inner).__qualname__
+        module = getattr(inner, "__module__", None)
+        return f"{module}.{qualname}" if isinstance(module, str) else str(qualname)
 
     # -- introspection ----------------------------------------------------------------------------------
     def explain(self, *args: Any, **kwargs: Any) -> dict[str, Any]:

@@ -193,8 +193,9 @@ class Status(str, Enum):
     WRONG_RESULT = "wrong_result"  # ran, but disagreed with the eager reference
 
 
-# Prefixes of Measurement.message that mark re-measurements. They live in the message, so records and
-# shared files keep one format; ``Evidence.of`` reads them.
+# Prefixes of Measurement.message that mark re-measurements, for people reading a record. The evidence itself
+# is a field of the record (``TuningRecord.evidence``); ``Evidence.of`` derives it from the message only for
+# records written before it was one (format 1 files, schema-3 rows).
 CONFIRM_PREFIX = "confirmed"  # re-measured interleaved with the other finalists
 DECLARED_PREFIX = "confirmed best"  # ... and declared the workload's best by the tuner
 
@@ -209,6 +210,7 @@ class Evidence(IntEnum):
 
     @classmethod
     def of(cls, message: str) -> "Evidence":
+        """The evidence an older record's message implies (records without an ``evidence`` field)."""
         if message.startswith(DECLARED_PREFIX):
             return cls.DECLARED
         return cls.CONFIRMED if message.startswith(CONFIRM_PREFIX) else cls.TRIAL
@@ -386,8 +388,10 @@ class Provenance:
 class TuningRecord:
     """One measured trial: which workload, which implementation, on which target, with what result.
 
-    ``record_id`` is a hash of the content that identifies the trial (everything but provenance), so the
-    same trial imported twice or merged from two databases is stored once.
+    ``record_id`` is a hash of the content that identifies the trial: everything but provenance and the
+    workload's human ``name`` (a label: the same trial under another name is the same trial). ``evidence``
+    joins the hash only when it differs from what the message implies (``Evidence.of``), so a record written
+    before evidence was a field keeps its id, and an old export re-imported is not stored twice.
     """
 
     workload_key: str  # hash of the graph structure and the problem signature (shapes, dtypes, strides)
@@ -402,19 +406,36 @@ class TuningRecord:
     toolchain: FrozenMap  # kernelgen, torch, triton, compiler versions
     measurement: Measurement
     provenance: Provenance
+    # The workload's human name: the manifest's ``name``, else the function's ``module.qualname``; None for
+    # records written before names were stored.
+    name: str | None = None
+    # How strongly this record says "fastest" (best() ranks on it); None: derived from the message.
+    evidence: Evidence = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        _require(self.name is None or (isinstance(self.name, str) and self.name != ""),
+                 f"record name {self.name!r} must be a non-empty string or None")
+        if self.evidence is None:
+            object.__setattr__(self, "evidence", Evidence.of(self.measurement.message))
+        else:
+            object.__setattr__(self, "evidence", Evidence(self.evidence))
 
     @property
     def config(self) -> Config:
         return self.measurement.config
 
     @property
-    def evidence(self) -> Evidence:
-        return Evidence.of(self.measurement.message)
+    def label(self) -> str:
+        """The name to show for this record's workload: its human name, else a short workload key."""
+        return self.name or self.workload_key[:16]
 
     @property
     def record_id(self) -> str:
         body = self.to_json()
         body.pop("provenance")
+        body.pop("name")
+        if self.evidence is Evidence.of(self.measurement.message):
+            body.pop("evidence")
         return content_hash(body, 32)
 
     def to_json(self) -> dict[str, Any]:
@@ -431,15 +452,26 @@ class TuningRecord:
             "toolchain": self.toolchain.to_json(),
             "measurement": self.measurement.to_json(),
             "provenance": self.provenance.to_json(),
+            "name": self.name,
+            "evidence": int(self.evidence),
         }
 
     @classmethod
     def from_json(cls, data: Any) -> "TuningRecord":
+        """A record from ``to_json``'s output; ``name`` and ``evidence`` may be absent (older records)."""
         _require(isinstance(data, dict), "a tuning record must be a JSON object")
         for name in ("workload_key", "workload_family", "implementation", "implementation_hash", "backend",
                      "target_fingerprint", "target_family", "device"):
             _require(isinstance(data.get(name), str) and data[name] != "", f"record field {name!r} must be a non-empty string")
         _require(isinstance(data.get("signature"), list), "record field 'signature' must be a list of tensor specs")
+        label = data.get("name")
+        _require(label is None or (isinstance(label, str) and label != ""),
+                 "record field 'name' must be a non-empty string or null")
+        evidence = data.get("evidence")
+        if evidence is not None:
+            _require(isinstance(evidence, int) and not isinstance(evidence, bool)
+                     and evidence in {int(e) for e in Evidence},
+                     f"record field 'evidence' must be one of {[int(e) for e in Evidence]}, got {evidence!r}")
         return cls(
             workload_key=data["workload_key"],
             workload_family=data["workload_family"],
@@ -453,4 +485,6 @@ class TuningRecord:
             toolchain=FrozenMap.from_json(data.get("toolchain")),
             measurement=Measurement.from_json(data.get("measurement")),
             provenance=Provenance.from_json(data.get("provenance")),
+            name=label,
+            evidence=None if evidence is None else Evidence(evidence),
         )

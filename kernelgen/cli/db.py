@@ -17,7 +17,10 @@ TeamOption = typer.Option(None, "--team-db", metavar="URL",
                           help="Read-only team database layered under --db (default: $KERNELGEN_TEAM_DB).")
 JsonOption = typer.Option(False, "--json", help="Print JSON instead of a table.")
 TargetOption = typer.Option(None, "--target", help="Only records of this target fingerprint or family.")
-WorkloadOption = typer.Option(None, "--workload", help="Only records whose workload key is this or starts with it.")
+WorkloadOption = typer.Option(
+    None, "--workload", metavar="NAME|KEY",
+    help="Only records of the workload with this name (manifest name or module.qualname); when no record "
+         "carries that name, those whose workload key is this or starts with it. The name wins.")
 
 
 def _open(db: Optional[str], team_db: Optional[str] = None):
@@ -65,14 +68,14 @@ def register(app: typer.Typer) -> None:
         target: Optional[str] = TargetOption,
         workload: Optional[str] = WorkloadOption,
         status: Optional[str] = typer.Option(None, "--status", help="Only this status (ok, invalid, compile_error, ...)."),
-        best: bool = typer.Option(False, "--best", help="Only the record dispatch runs per workload and target (the tuner's verdict, else the fastest)."),
+        best: bool = typer.Option(False, "--best", help="Only the record dispatch runs per workload and target (kernelgen.db.verdict: the tuner's verdict, else the fastest)."),
         limit: int = typer.Option(50, "--limit", help="At most this many rows (0: all)."),
         as_json: bool = JsonOption,
         db: Optional[str] = DbOption,
         team_db: Optional[str] = TeamOption,
     ) -> None:
-        """List records: workload, implementation, target, status, median time, config."""
-        from kernelgen.db.nearest import preferred
+        """List records: name, workload key, implementation, target, status, median time, config."""
+        from kernelgen.db.verdict import verdicts
         from kernelgen.values import Status
 
         if status is not None and status not in {s.value for s in Status}:
@@ -81,12 +84,7 @@ def register(app: typer.Typer) -> None:
             records = [r for r in store.records(target=target, workload=workload)
                        if status is None or r.measurement.status.value == status]
         if best:
-            winners: dict[tuple[str, str], Any] = {}
-            for r in records:
-                if r.measurement.ok:
-                    key = (r.workload_key, r.target_fingerprint)
-                    winners[key] = preferred(winners.get(key), r)  # what dispatch would run
-            records = list(winners.values())
+            records = list(verdicts(records).values())  # what dispatch would run
         records.sort(key=lambda r: (r.workload_key, r.target_fingerprint, r.measurement.status.value != "ok",
                                     r.measurement.time.median if r.measurement.time else 0.0, r.record_id))
         matched = len(records)
@@ -95,11 +93,11 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps([dict(r.to_json(), record_id=r.record_id) for r in records], indent=2))
             return
-        rows = [[_short(r.workload_key), r.implementation, _short(r.target_family, 24), _short(r.target_fingerprint, 16),
+        rows = [[r.name or "-", _short(r.workload_key), r.implementation, _short(r.target_family, 24), _short(r.target_fingerprint, 16),
                  r.measurement.status.value, _fmt_time(r.measurement.time.median if r.measurement.time else None),
                  json.dumps(r.config.to_json(), separators=(",", ":")), r.record_id[:10]] for r in records]
         more = f" of {matched} (--limit 0 shows all)" if matched > len(rows) else ""
-        _print_table(f"{len(rows)} record(s){more}", ["workload", "implementation", "family", "target", "status",
+        _print_table(f"{len(rows)} record(s){more}", ["name", "workload", "implementation", "family", "target", "status",
                                                 "median", "config", "record"], rows)
 
     @group.command()

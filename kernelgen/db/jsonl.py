@@ -5,6 +5,9 @@ Reading validates every line (``TuningRecord.from_json``, then the limits every 
 enforces, ``kernelgen.db.limits``) before anything is returned: a malformed, truncated, oversized or
 newer-version file raises ImportFormatError naming the line. Files are data: parsed with
 ``json``, never executed or unpickled.
+
+Format 2 adds each record's workload ``name`` and ``evidence``; format 1 files (neither field) still read,
+their names absent and their evidence derived from the measurement message, as kernelgen did then.
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ from kernelgen.errors import ImportFormatError, KernelgenError
 from kernelgen.values import TuningRecord, canonical_json
 
 FORMAT = "kernelgen-tuning-records"
-VERSION = 1
-_RECORD_FIELDS = frozenset({"workload_key", "workload_family", "signature", "implementation",
-                            "implementation_hash", "backend", "target_fingerprint", "target_family", "device",
-                            "toolchain", "measurement", "provenance"})
+VERSION = 2
+_V1_FIELDS = frozenset({"workload_key", "workload_family", "signature", "implementation", "implementation_hash",
+                        "backend", "target_fingerprint", "target_family", "device", "toolchain", "measurement",
+                        "provenance"})
+# The record fields each format version may hold: a field a version does not define is refused, not dropped.
+RECORD_FIELDS = {1: _V1_FIELDS, 2: _V1_FIELDS | {"name", "evidence"}}
 
 
 def header() -> dict[str, Any]:
@@ -93,7 +98,8 @@ def _parse(line: str) -> Any:
     return data
 
 
-def check_header(data: Any, where: str) -> None:
+def check_header(data: Any, where: str) -> int:
+    """Validate a header line; returns its format version."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ImportFormatError(f"{where} line 1: not a {FORMAT} header (expected {canonical_json(header())}); "
                                 "export files with `kernelgen db export`")
@@ -103,15 +109,17 @@ def check_header(data: Any, where: str) -> None:
     if version > VERSION:
         raise ImportFormatError(f"{where} is format version {version}, this kernelgen reads up to {VERSION}: "
                                 "upgrade kernelgen (pip install -U kernelgen); nothing was imported")
+    return version
 
 
-def parse_record(data: Any) -> TuningRecord:
-    """One record line's JSON, validated; raises ValueError naming the problem."""
+def parse_record(data: Any, version: int = VERSION) -> TuningRecord:
+    """One record line's JSON of format ``version``, validated; raises ValueError naming the problem."""
     if not isinstance(data, dict):
         raise ValueError(f"a record must be a JSON object, got {type(data).__name__}")
-    unknown = sorted(set(data) - _RECORD_FIELDS)
+    unknown = sorted(set(data) - RECORD_FIELDS[version])
     if unknown:  # silently dropping fields would make a newer file's import lossy
-        raise ValueError(f"unknown record field(s) {unknown} (written by a newer kernelgen?)")
+        raise ValueError(f"unknown record field(s) {unknown} for format version {version} "
+                         "(written by a newer kernelgen?)")
     try:
         record = TuningRecord.from_json(data)
     except (TypeError, KeyError, AttributeError, OverflowError) as err:
@@ -140,6 +148,7 @@ def read_records(path: str | os.PathLike) -> list[TuningRecord]:
     if not lines or not lines[0].strip():
         raise ImportFormatError(f"{where} is empty: expected a {FORMAT} header line")
     records: list[TuningRecord] = []
+    version = VERSION
     for number, line in enumerate(lines, start=1):
         line = line.rstrip("\r")
         if number > 1 and not line.strip():
@@ -153,10 +162,10 @@ def read_records(path: str | os.PathLike) -> list[TuningRecord]:
             raise ImportFormatError(f"{where} line {number}: not valid JSON{hint} ({err}); "
                                     "nothing was imported") from None
         if number == 1:
-            check_header(data, where)
+            version = check_header(data, where)
             continue
         try:
-            records.append(parse_record(data))
+            records.append(parse_record(data, version))
         except ValueError as err:
             raise ImportFormatError(f"{where} line {number}: {err}; nothing was imported") from None
     return records

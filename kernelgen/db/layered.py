@@ -13,7 +13,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from kernelgen.db import jsonl
-from kernelgen.db.nearest import NearestGroups, merge_groups, preferred, rank
+from kernelgen.db.nearest import NearestGroups, merge_groups, rank
+from kernelgen.db.verdict import preferred
 from kernelgen.db.store import TuningDB
 from kernelgen.values import TensorSpec, TuningRecord
 
@@ -107,9 +108,17 @@ class LayeredDB:
                                      implementation=implementation)
         return rank(groups, signature, limit)
 
-    def records(self, *, target: str | None = None, workload: str | None = None) -> Iterator[TuningRecord]:
-        """The union of both layers, ascending record_id, each record once (the local copy wins)."""
-        streams = [((r.record_id, i, r) for r in layer.records(target=target, workload=workload))
+    def has_name(self, name: str) -> bool:
+        return self.local.has_name(name) or self.team.has_name(name)
+
+    def records(self, *, target: str | None = None, workload: str | None = None,
+                workload_is_name: bool | None = None) -> Iterator[TuningRecord]:
+        """The union of both layers, ascending record_id, each record once (the local copy wins). A
+        ``workload`` name known to either layer selects by name in both (``TuningDB.records``)."""
+        if workload is not None and workload_is_name is None:
+            workload_is_name = self.has_name(workload)
+        streams = [((r.record_id, i, r) for r in layer.records(target=target, workload=workload,
+                                                              workload_is_name=workload_is_name))
                    for i, layer in enumerate((self.local, self.team))]
         last = None
         for rid, _layer, record in heapq.merge(*streams):

@@ -42,6 +42,8 @@ class RecordRow(Base):
     time_median: Mapped[float | None] = mapped_column(Float, nullable=True)
     # kernelgen.values.Evidence (schema 3): best() ranks on it before time_median.
     evidence: Mapped[int] = mapped_column(Integer, server_default="2")
+    # The workload's human name (schema 4): `db show --workload NAME` filters on it; NULL in older rows.
+    name: Mapped[str | None] = mapped_column(String(255), nullable=True)
     created_at: Mapped[float] = mapped_column(Float)
     kernelgen_version: Mapped[str] = mapped_column(String(64))
     data: Mapped[str] = mapped_column(Text)
@@ -56,6 +58,7 @@ class RecordRow(Base):
         # nearest() tier 2 (schema 2): neighbouring shapes of one graph on one target.
         Index("ix_kgrec_neighbours", "workload_family", "target_fingerprint", "status"),
         Index("ix_kgrec_created", "created_at"),
+        Index("ix_kgrec_name", "name"),
     )
 
 
@@ -86,6 +89,7 @@ def row_values(record: TuningRecord, record_id: str | None = None) -> dict[str, 
         "status": m.status.value,
         "time_median": m.time.median if m.time is not None else None,
         "evidence": int(record.evidence),
+        "name": record.name,
         "created_at": record.provenance.created_at,
         "kernelgen_version": record_kernelgen_version(record),
         "data": canonical_json(record.to_json()),

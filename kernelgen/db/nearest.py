@@ -12,7 +12,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from kernelgen.values import Evidence, TensorSpec, TuningRecord
+from kernelgen.db.verdict import best_key, preferred  # noqa: F401  (re-exported: the definition lives there)
+from kernelgen.values import TensorSpec, TuningRecord
 
 _DTYPE_PENALTY = 8.0  # a different dtype is a far neighbour: like 256x in one dimension
 _RANK_PENALTY = 16.0
@@ -28,23 +29,6 @@ def speed_key(record: TuningRecord) -> tuple[float, str]:
     """Sort key of ok records: median time, ties broken by record_id (deterministic everywhere)."""
     assert record.measurement.time is not None
     return record.measurement.time.median, record.record_id
-
-
-def best_key(record: TuningRecord) -> tuple[int, float, float, str]:
-    """Sort key of ok records in ``TuningDB.best()``'s SQL order: evidence (a verdict first), the newest
-    verdict first, then time and record_id. Layers compose with it, so a team's verdict is not overruled
-    by one lucky local sample."""
-    assert record.measurement.time is not None
-    evidence = record.evidence
-    newest = -record.provenance.created_at if evidence is Evidence.DECLARED else 0.0
-    return int(evidence), newest, record.measurement.time.median, record.record_id
-
-
-def preferred(a: TuningRecord | None, b: TuningRecord | None) -> TuningRecord | None:
-    """The one of two ``best()`` answers that dispatch should run (``best_key``); either may be None."""
-    if a is None or b is None:
-        return a if b is None else b
-    return a if best_key(a) <= best_key(b) else b
 
 
 def faster(a: TuningRecord | None, b: TuningRecord | None) -> TuningRecord | None:

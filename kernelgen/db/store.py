@@ -36,7 +36,10 @@ def _decode(data: str) -> TuningRecord:
     return TuningRecord.from_json(json.loads(data))
 
 
-def _workload_clause(workload: str):
+def _workload_clause(workload: str, by_name: bool):
+    """Records of the workload named ``workload`` (``by_name``), else whose key is or starts with it."""
+    if by_name:
+        return T.c.name == workload
     escaped = workload.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return or_(T.c.workload_key == workload, T.c.workload_key.like(escaped + "%", escape="\\"))
 
@@ -209,7 +212,8 @@ class TuningDB:
              toolchain: Mapping[str, str] | None = None) -> TuningRecord | None:
         """The record dispatch should run for the workload on exactly this target: the newest one the tuner
         declared best, else the fastest confirmed finalist, else the fastest ok trial (ties: smallest
-        record_id). See ``kernelgen.values.Evidence``: a lucky single sample never outranks a verdict.
+        record_id). See ``kernelgen.values.Evidence``: a lucky single sample never outranks a verdict. This
+        is ``kernelgen.db.verdict.verdict`` over those records, run in SQL on an index.
 
         ``implementations`` (name -> implementation hash) restricts to those exact pairs; ``toolchain``
         restricts to records measured with exactly that toolchain mapping.
@@ -257,7 +261,7 @@ class TuningDB:
                 stmt = stmt.where(T.c.toolchain_hash == bindparam("tc"))
             if newest_verdict:
                 stmt = stmt.where(T.c.evidence == int(Evidence.DECLARED))
-                order = (T.c.created_at.desc(), T.c.record_id)
+                order = (T.c.created_at.desc(), T.c.time_median, T.c.record_id)  # verdict.best_key's order
             else:
                 order = (T.c.evidence, T.c.time_median, T.c.record_id)
             compiled = stmt.order_by(*order).limit(1).compile(dialect=self._engine.dialect)
@@ -308,14 +312,23 @@ class TuningDB:
                                      implementation=implementation)
         return rank(groups, signature, limit)
 
-    def records(self, *, target: str | None = None, workload: str | None = None) -> Iterator[TuningRecord]:
-        """Every record (ascending record_id); ``target`` matches fingerprint or family, ``workload`` a key
-        or key prefix. Reads in pages, so it is safe to write to the database while iterating."""
+    def has_name(self, name: str) -> bool:
+        """Whether some record carries the workload name ``name``."""
+        with self._tx() as conn:
+            return conn.scalar(select(T.c.record_id).where(T.c.name == name).limit(1)) is not None
+
+    def records(self, *, target: str | None = None, workload: str | None = None,
+                workload_is_name: bool | None = None) -> Iterator[TuningRecord]:
+        """Every record (ascending record_id); ``target`` matches fingerprint or family. ``workload`` is a
+        workload name or a key (prefix): the name wins, i.e. when some record carries that name only the
+        records of that name are returned, else those whose key is or starts with it (``workload_is_name``
+        decides instead when given). Reads in pages, so it is safe to write to the database while iterating."""
         clauses = []
         if target is not None:
             clauses.append(_target_clause(target))
         if workload is not None:
-            clauses.append(_workload_clause(workload))
+            by_name = self.has_name(workload) if workload_is_name is None else workload_is_name
+            clauses.append(_workload_clause(workload, by_name))
         last = ""
         while True:
             stmt = (select(T.c.record_id, T.c.data).where(T.c.record_id > last, *clauses)

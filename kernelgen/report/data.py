@@ -34,11 +34,10 @@ def _workload_title(records: Sequence[TuningRecord]) -> str:
 
 
 def best_of(records: Iterable[TuningRecord]) -> TuningRecord | None:
-    """``TuningDB.best``'s answer computed over ``records`` (its SQL order, ``kernelgen.db.nearest.best_key``)."""
-    from kernelgen.db.nearest import best_key
+    """``TuningDB.best``'s answer computed over ``records``: the one definition, ``kernelgen.db.verdict``."""
+    from kernelgen.db.verdict import verdict
 
-    ok = [r for r in records if r.measurement.ok]
-    return min(ok, key=best_key) if ok else None
+    return verdict(records)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ from typing import Any, Generic, TypeVar
 
 from kernelgen.tune.measure import is_unsteady
 from kernelgen.tune.references import EAGER, ReferenceSkipped
-from kernelgen.values import CONFIRM_PREFIX, DECLARED_PREFIX, Measurement, Reference, Status, TimeStats, TuningRecord
+from kernelgen.values import (CONFIRM_PREFIX, DECLARED_PREFIX, Evidence, Measurement, Reference, Status, TimeStats,
+                              TuningRecord)
 
 H = TypeVar("H")  # a finalist: a config of one implementation, or (implementation, config) in a showdown
 CONFIRM_ROUNDS = 3  # interleaved rounds at least: slow drifts of a noisy machine hit every candidate alike
@@ -191,20 +192,23 @@ def _why(m: Measurement) -> str:
     return m.message[m.message.find(UNSTEADY):]
 
 
-def commit_confirmation(conf: Confirmation[H], declare: bool, commit: Callable[[H, Measurement], TuningRecord],
+def commit_confirmation(conf: Confirmation[H], declare: bool,
+                        commit: Callable[[H, Measurement, Evidence], TuningRecord],
                         what: str, state: Any = None) -> list[TuningRecord]:
     """Commit ``confirm``'s results: the winner with ``DECLARED_PREFIX`` when ``declare`` and nothing is in
     doubt (the tuner's verdict, which ``best()`` ranks first), everything else as a confirmed finalist.
-    Every message names the rounds (``rounds_tag``) and, when a verdict was due but refused, why."""
+    Every message names the rounds (``rounds_tag``) and, when a verdict was due but refused, why. ``commit``
+    gets the record's evidence too: it is a field of the record, the message prefix only says it to people."""
     out = []
     for i, (finalist, m) in enumerate(conf.results):
-        prefix = DECLARED_PREFIX if declare and i == conf.winner and not conf.doubt else CONFIRM_PREFIX
+        declared = declare and i == conf.winner and not conf.doubt
+        prefix, evidence = (DECLARED_PREFIX, Evidence.DECLARED) if declared else (CONFIRM_PREFIX, Evidence.CONFIRMED)
         message = (f"{prefix}: fastest round median of {conf.rounds} interleaved rounds (rounds {conf.tag}) "
                    f"against {what}")
         if declare and conf.note:
             message += f"; {conf.note}"
         record = commit(finalist, Measurement(config=m.config, status=Status.OK, time=m.time, message=message,
-                                              threads=m.threads, references=conf.references))
+                                              threads=m.threads, references=conf.references), evidence)
         out.append(record)
         if state is not None:
             state.report(record, measured=True, phase="confirm")

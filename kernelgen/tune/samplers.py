@@ -1,14 +1,18 @@
 """Optuna samplers that only ever propose valid, not-yet-evaluated configs of a ``Domain``.
 
-Each sampler proposes a whole config at once through ``sample_relative`` (every parameter is an index into
-its ordered choices). Built-in Optuna samplers (TPE, CMA-ES, QMC) are wrapped by ``ProjectedSampler``:
-their proposal is kept when valid and new, else moved to the nearest valid unseen config, so a constraint
-violation never costs a measurement. ``RandomSampler``, ``ExhaustiveSampler`` and ``BayesSampler`` pick
+Each sampler proposes a whole config at once through ``sample_relative``. Samplers think in rows of choice
+indices (``Domain``); the study holds the real values (``distributions``: categorical over the real
+choices, integers as integers), so optuna-dashboard plots block sizes, not their positions in a list;
+``ParamValues`` translates between the two. Built-in Optuna samplers (TPE, CMA-ES, QMC) are wrapped by
+``ProjectedSampler``: their proposal is kept when valid and new, else moved to the nearest valid unseen
+config, so a constraint violation never costs a measurement. ``RandomSampler``, ``ExhaustiveSampler`` and ``BayesSampler`` pick
 straight from the valid set.
 """
 
 from __future__ import annotations
 
+import math
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,13 +32,86 @@ ATTR_STATUS = "kg_status"  # measurement status ("ok", "compile_error", ...) of 
 ATTR_SKIPPED = "kg_skipped"  # trial closed without a measurement (duplicate proposal); not an evaluation
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def distribution_of(choices: Sequence[Any], ordinal: bool) -> BaseDistribution:
+    """The Optuna distribution over a parameter's real choices: ascending integers evenly spaced as an
+    ``IntDistribution`` with that step, ascending positive integers of a constant ratio (powers of two) as a
+    log-scale ``IntDistribution``, anything else as a ``CategoricalDistribution`` of the values themselves."""
+    values = list(choices)
+    if ordinal and all(_is_int(c) for c in values) and values == sorted(set(values)) and len(values) > 1:
+        steps = {b - a for a, b in zip(values, values[1:])}
+        if len(steps) == 1:
+            return IntDistribution(values[0], values[-1], step=steps.pop())
+        if values[0] >= 1 and all(b % a == 0 for a, b in zip(values, values[1:])) and \
+                len({b // a for a, b in zip(values, values[1:])}) == 1:
+            return IntDistribution(values[0], values[-1], log=True)
+    return CategoricalDistribution(tuple(values))
+
+
+class ParamValues:
+    """Real parameter values (what the study stores) <-> choice indices (what kernelgen's samplers use).
+
+    A value that is not one of the choices (an Optuna sampler's proposal inside an integer range) maps to
+    the nearest choice: on a log scale for log distributions, else linearly. Build with ``of(domain)``.
+    """
+
+    _cache: "weakref.WeakKeyDictionary[Domain, ParamValues]" = weakref.WeakKeyDictionary()
+
+    def __init__(self, domain: Domain) -> None:
+        self.names = domain.names
+        self.choices = [tuple(p.choices) for p in domain.tunables]
+        self.dists = {name: distribution_of(c, ordinal)
+                      for name, c, ordinal in zip(domain.names, self.choices, domain.ordinal)}
+        self._index = [{(type(v), v): i for i, v in enumerate(c)} for c in self.choices]
+
+    @classmethod
+    def of(cls, domain: Domain) -> "ParamValues":
+        found = cls._cache.get(domain)
+        if found is None:
+            found = cls._cache[domain] = cls(domain)
+        return found
+
+    def params(self, row: Index) -> dict[str, Any]:
+        return {name: c[int(i)] for name, c, i in zip(self.names, self.choices, row)}
+
+    def value(self, k: int, i: int) -> Any:
+        return self.choices[k][int(i)]
+
+    def index(self, k: int, value: Any) -> int | None:
+        hit = self._index[k].get((type(value), value))
+        if hit is not None:
+            return hit
+        dist = self.dists[self.names[k]]
+        if not isinstance(dist, IntDistribution) or isinstance(value, bool) or \
+                not isinstance(value, (int, float)) or not math.isfinite(value):
+            return None
+        if dist.log:
+            if value <= 0:
+                return 0
+            gaps = [abs(math.log(value) - math.log(c)) for c in self.choices[k]]
+        else:
+            gaps = [abs(value - c) for c in self.choices[k]]
+        return int(np.argmin(gaps))
+
+    def row(self, params: dict[str, Any]) -> Index | None:
+        """The index row of a trial's params; None when one is missing or not a value of this space."""
+        row = []
+        for k, name in enumerate(self.names):
+            if name not in params:
+                return None
+            i = self.index(k, params[name])
+            if i is None:
+                return None
+            row.append(i)
+        return tuple(row)
+
+
 def distributions(domain: Domain) -> dict[str, BaseDistribution]:
-    """Optuna distributions over choice indices: ordered params as integers, the rest as categories."""
-    out: dict[str, BaseDistribution] = {}
-    for name, size, ordinal in zip(domain.names, domain.sizes, domain.ordinal):
-        n = int(size)
-        out[name] = IntDistribution(0, n - 1) if ordinal else CategoricalDistribution(tuple(range(n)))
-    return out
+    """The study's distributions: over each tunable parameter's real values (``distribution_of``)."""
+    return dict(ParamValues.of(domain).dists)
 
 
 @dataclass
@@ -49,13 +126,14 @@ class History:
     @classmethod
     def of(cls, study: Study, domain: Domain, exclude: int | None = None) -> "History":
         hist = cls()
+        values = ParamValues.of(domain)
         for t in study.get_trials(deepcopy=False):
             if t.number == exclude or t.user_attrs.get(ATTR_SKIPPED):
                 continue
             params = t.params if t.params else t.system_attrs.get("fixed_params", {})
-            if not all(name in params for name in domain.names):
+            row = values.row(params)
+            if row is None:
                 continue
-            row = tuple(int(params[name]) for name in domain.names)
             if t.state in (TrialState.RUNNING, TrialState.WAITING):
                 hist.seen.add(row)
                 if t.state is TrialState.WAITING:
@@ -77,6 +155,7 @@ class DomainSampler(BaseSampler):
 
     def __init__(self, domain: Domain, seed: int | None = None) -> None:
         self.domain = domain
+        self.values = ParamValues.of(domain)
         self._dists = distributions(domain)
         self._seed = seed
         self._rng = np.random.default_rng(seed)
@@ -95,13 +174,13 @@ class DomainSampler(BaseSampler):
         row = self.propose(study, trial, hist)
         if row is None:
             return {}
-        return {name: int(v) for name, v in zip(self.domain.names, row)}
+        return self.values.params(row)
 
     def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> Any:
         # Reached only when propose found nothing (space exhausted); the Searcher discards such trials.
         k = self.domain.names.index(param_name)
-        return int(self._rng.integers(0, self.domain.sizes[k]))
+        return self.values.value(k, int(self._rng.integers(0, self.domain.sizes[k])))
 
     def random_unseen(self, hist: History) -> Index | None:
         cands = self.domain.unseen(hist.seen, self._rng)
@@ -163,10 +242,14 @@ class ProjectedSampler(DomainSampler):
             for name, dist in self._dists.items():
                 if name not in params:
                     params[name] = self.inner.sample_independent(study, trial, name, dist)
-            row = tuple(int(params[name]) for name in self.domain.names)
+            proposed = self.values.row(params)
+            if proposed is None:  # not a value of this space (cannot happen with its own distributions)
+                continue
+            row = proposed
             if row not in hist.seen and self.domain.is_valid(row):
                 return row
-        assert row is not None
+        if row is None:
+            return self.random_unseen(hist)
         return self.domain.nearest_unseen(row, hist.seen, self._rng)
 
 

@@ -11,8 +11,9 @@ import contextlib
 import math
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import optuna
 from optuna.trial import Trial, TrialState
@@ -21,13 +22,16 @@ from kernelgen.errors import KernelgenError
 from kernelgen.space import SearchSpace
 from kernelgen.tune.domain import Domain
 from kernelgen.tune.samplers import (ATTR_SKIPPED, ATTR_STATUS, BayesSampler, DomainSampler,
-                                     ExhaustiveSampler, History, ProjectedSampler, RandomSampler,
+                                     ExhaustiveSampler, History, ParamValues, ProjectedSampler, RandomSampler,
                                      distributions)
 from kernelgen.values import Config, Measurement
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 ATTR_MEASUREMENT = "kg_measurement"
+# Study user attribute naming what dispatch runs of the study's implementation (kernelgen.db.verdict): the
+# dashboard's "best trial" is the fastest single sample, which the tuner's confirmation rounds may overrule.
+ATTR_BEST = "kernelgen_best"
 # What "auto" means. Chosen by replaying six recorded GPU landscapes, 30 seeds (benchmarks/bench_search.py):
 # GP expected improvement on log times, with value alignment as a feature, after a maximin start, needs
 # 0.29x random search's evaluations to reach 5% of the optimum (geometric mean of medians; TPE 0.67x, Kernel
@@ -139,7 +143,8 @@ class Searcher:
 
     def __init__(self, space: SearchSpace, *, sampler: str = "auto", seed: int | None = None,
                  storage: str | None = None, study_name: str | None = None,
-                 warm_start: Sequence[Config] = (), objective_name: str = "time") -> None:
+                 warm_start: Sequence[Config] = (), objective_name: str = "time",
+                 user_attrs: Mapping[str, Any] | None = None) -> None:
         self.space = space
         self.domain = Domain(space)
         self.sampler_name = DEFAULT_SAMPLER if sampler == "auto" else sampler
@@ -161,6 +166,9 @@ class Searcher:
                 with warnings.catch_warnings():  # experimental in some Optuna versions; the name is cosmetic
                     warnings.simplefilter("ignore")
                     self.study.set_metric_names([objective_name])
+            for key, value in (user_attrs or {}).items():  # what the study tunes, for the dashboard
+                if self.study.user_attrs.get(key) != value:
+                    self.study.set_user_attr(key, value)
             self._enqueue(warm_start)
 
     def _penalty(self) -> float:
@@ -178,7 +186,7 @@ class Searcher:
             if row in hist.seen:
                 continue
             hist.seen.add(row)
-            self.study.enqueue_trial(dict(zip(self.domain.names, row)), skip_if_exists=True)
+            self.study.enqueue_trial(ParamValues.of(self.domain).params(row), skip_if_exists=True)
 
     def _history(self) -> History:
         return History.of(self.study, self.domain)
@@ -190,10 +198,10 @@ class Searcher:
             if size is not None and len(hist.seen) >= size and not hist.waiting:
                 return None
             trial = self.study.ask(distributions(self.domain))
-            row = tuple(int(trial.params[name]) for name in self.domain.names)
-            config = self.domain.decode(row)
+            row = ParamValues.of(self.domain).row(trial.params)
+            config = None if row is None else self.domain.decode(row)
             taken = History.of(self.study, self.domain, exclude=trial.number).seen
-            if row in taken or not self.space.is_valid(config):
+            if row is None or config is None or row in taken or not self.space.is_valid(config):
                 # A warm start another worker took meanwhile, or nothing unseen was left to propose.
                 trial.set_user_attr(ATTR_SKIPPED, True)
                 self.study.tell(trial, state=TrialState.FAIL)
@@ -238,12 +246,29 @@ class Searcher:
 
     @property
     def best(self) -> tuple[Config, float] | None:
+        """The study's fastest single measurement, what the sampler minimises; not the verdict dispatch runs
+        (``kernelgen.db.verdict``), which the tuner's confirmation rounds decide and ``mark_best`` records."""
         best = _best(self.measurements())
         return None if best is None else (best.config, best.time.median)  # type: ignore[union-attr]
 
     @property
     def n_evaluated(self) -> int:
         return len(self._history().rows)
+
+
+def mark_best(storage: str, study_name: str, mark: Mapping[str, Any]) -> bool:
+    """Set the study's ``ATTR_BEST`` user attribute to ``mark``; False (nothing done) when there is no such
+    study (its records came from an import, or another database)."""
+    with _storage_lock(storage):
+        rdb = open_storage(storage)
+        try:
+            study = optuna.load_study(study_name=study_name, storage=rdb)
+            study.set_user_attr(ATTR_BEST, dict(mark))
+            return True
+        except KeyError:
+            return False
+        finally:
+            rdb.engine.dispose()  # type: ignore[union-attr]
 
 
 def _best(measurements: Sequence[Measurement]) -> Measurement | None:
@@ -305,4 +330,5 @@ def run_search(space: SearchSpace, measure: Callable[[Config], Measurement], *, 
     return SearchResult(tuple(evaluated), _best(searcher.measurements()), stop)
 
 
-__all__ = ["SAMPLERS", "SearchResult", "Searcher", "make_sampler", "open_storage", "run_search"]
+__all__ = ["ATTR_BEST", "SAMPLERS", "SearchResult", "Searcher", "make_sampler", "mark_best", "open_storage",
+           "run_search"]

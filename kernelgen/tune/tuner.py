@@ -35,7 +35,8 @@ from kernelgen.tune.measure import TimingPolicy
 from kernelgen.tune.references import contestants
 from kernelgen.tune.trial_loop import (FunctionMeasurer, SearchState, TrialEvent, is_confirmation, pick_winner,
                                        run_workers)
-from kernelgen.values import Config, Evidence, FrozenMap, Measurement, Provenance, TimeStats, TuningRecord
+from kernelgen.values import (Config, Evidence, FrozenMap, Measurement, Provenance, TimeStats, TuningRecord,
+                              content_hash)
 
 log = logging.getLogger("kernelgen.tune")
 
@@ -139,27 +140,40 @@ def usable_implementations(impls: Sequence[Implementation], target: Target) -> t
     return usable, reasons
 
 
-def study_name(graph: Graph, impl: Implementation, target: Target) -> str:
-    """One Optuna study per (workload, implementation source, target): every worker and host shares it."""
-    return f"kernelgen:{graph.workload_key}:{impl.name}:{impl.source_hash()}:{target.fingerprint}"
+def study_name(graph: Graph, impl: Implementation, target: Target, name: str | None = None) -> str:
+    """One Optuna study per (workload name, workload, implementation source, target): every worker and host
+    shares it. Readable first (``kernelgen:bias_gelu:pointwise:<hash>``, as optuna-dashboard lists it); the
+    hash of the workload key, implementation source and target keeps distinct studies apart."""
+    digest = content_hash([graph.workload_key, impl.name, impl.source_hash(), target.fingerprint], 12)
+    return f"kernelgen:{name or graph.workload_key[:16]}:{impl.name}:{digest}"
+
+
+def study_attrs(graph: Graph, impl: Implementation, target: Target, name: str | None) -> dict[str, Any]:
+    """The user attributes a study carries, so the dashboard says what it tunes."""
+    return {"name": name, "workload_key": graph.workload_key, "implementation": impl.name,
+            "implementation_hash": impl.source_hash(), "backend": impl.backend, "target": target.fingerprint,
+            "target_family": target.family, "device": target.device_name,
+            "signature": [s.to_json() for s in graph.signature]}
 
 
 class _Recorder:
     """Turns measurements into records for one (graph, implementation, target) and commits them."""
 
-    def __init__(self, db: Any, graph: Graph, impl: Implementation, target: Target) -> None:
+    def __init__(self, db: Any, graph: Graph, impl: Implementation, target: Target, name: str | None) -> None:
         from kernelgen import __version__
 
         self.db = db
         self.fields = dict(
+            name=name or None,
             workload_key=graph.workload_key, workload_family=graph.family_key, signature=graph.signature,
             implementation=impl.name, implementation_hash=impl.source_hash(), backend=impl.backend,
             target_fingerprint=target.fingerprint, target_family=target.family, device=target.device_name,
             toolchain=FrozenMap({"kernelgen": __version__, **target.versions.to_json()}),
         )
 
-    def commit(self, measurement: Measurement) -> TuningRecord:
-        record = TuningRecord(measurement=measurement, provenance=Provenance.here(), **self.fields)
+    def commit(self, measurement: Measurement, evidence: Evidence = Evidence.TRIAL) -> TuningRecord:
+        record = TuningRecord(measurement=measurement, provenance=Provenance.here(), evidence=evidence,
+                              **self.fields)
         self.db.commit(record)
         return record
 
@@ -179,6 +193,7 @@ class _Options:
     on_trial: Callable[[TrialEvent], None] | None
     measure: Callable[[Implementation, Config], Measurement] | None = None
     time_eager: bool = False
+    name: str | None = None
 
 
 def check_budget(trials: int | None, seconds: float | None, patience: int | None, workers: int = 1) -> None:
@@ -199,7 +214,7 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
                implementations: Sequence[Implementation] | None = None, timeout: float = 60.0,
                policy: TimingPolicy | None = None, retune: bool = False,
                measure: Callable[[Implementation, Config], Measurement] | None = None,
-               time_eager: bool = False) -> TuneResult:
+               time_eager: bool = False, name: str | None = None) -> TuneResult:
     """Tune every implementation of ``graph`` on ``backend``; commits each trial to ``db`` as it is measured.
 
     Budgets are per implementation: ``trials`` counts configs measured for this exact key (earlier runs
@@ -208,7 +223,9 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
     budget is ``DEFAULT_TRIALS``. ``retune=True`` continues a finished tuning instead of skipping it.
     ``measure(impl, config)`` replaces the real measurement (tests, simulations; with an ``eager(impl)``
     method it times eager too); ``isolate=False`` measures in this process instead of a worker.
-    ``time_eager`` times eager PyTorch in the verdict's rounds (``TuneResult.eager``).
+    ``time_eager`` times eager PyTorch in the verdict's rounds (``TuneResult.eager``). ``name`` is the
+    workload's human name (manifest name or ``module.qualname``), stored with every record and on the study.
+    ``TuneResult.best`` is what dispatch will run (``TuningDB.best`` over the tuned implementations).
     Raises ``NoTemplateError`` when nothing implements the graph; per-config failures are records.
     """
     from kernelgen.backends import get_backend
@@ -225,7 +242,7 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
                               + (f"; {'; '.join(unusable)}" if unusable else ""))
     opts = _Options(trials, seconds, patience, sampler, workers, seed, isolate, timeout,
                     _threads_free_here(policy or TimingPolicy()) if measure is None else policy or TimingPolicy(),
-                    retune, on_trial, measure, time_eager)
+                    retune, on_trial, measure, time_eager, name or None)
     own_db = db is None
     if own_db:
         from kernelgen.db import open_db
@@ -233,7 +250,8 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
         db = open_db()
     start, started = time.monotonic(), time.time()
     try:
-        result = TuneResult(graph=graph, backend=backend, target=target, best=None, trials=[], measured=0)
+        result = TuneResult(graph=graph, backend=backend, target=target, best=None, trials=[], measured=0,
+                            name=name or "")
         winners: list[TuningRecord] = []
         rounds: tuple[Confirmation[Any], list[TuningRecord]] | None = None  # the rounds that were to declare
         for impl in impls:
@@ -260,21 +278,44 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
                     rounds = _showdown(db, graph, result.trials, winners, impls, target, opts)
                     result.trials.extend(rounds[1])
                     result.measured += rounds[0].measured
-        if rounds is not None and rounds[0].doubt and rounds[0].winner is not None:
-            result.best = rounds[1][rounds[0].winner]  # no verdict: the leader, shown with the reason
-        else:
-            result.best = pick_winner([r for r in result.trials if r.evidence is Evidence.DECLARED] or winners)
+        # What dispatch will run, by the one definition of best (kernelgen.db.verdict, TuningDB.best's order):
+        # the table, explain() and the study's mark all name it. Without a verdict (rounds in doubt) that is
+        # the fastest confirmed finalist, shown with the reason.
+        result.best = db.best(graph.workload_key, target.fingerprint,
+                              implementations={impl.name: impl.source_hash() for impl in impls})
+        if result.measured:
+            _mark_studies(db, graph, impls, target, opts.name, result.best)
         if rounds is not None:
             result.eager = rounds[0].eager
             _log_rounds(graph, rounds[0])
         if result.best is not None:
             result.default = _default_record(result.trials, result.best, impls, target)
             result.note = note_of(result.best)
+            if rounds is not None and rounds[0].doubt and rounds[0].winner is not None:
+                # This call's rounds refused a verdict: say why, whichever earlier finalist dispatch runs.
+                result.note = note_of(rounds[1][rounds[0].winner])
     finally:
         if own_db:
             db.close()
     result.seconds = time.monotonic() - start
     return result
+
+
+def _mark_studies(db: Any, graph: Graph, impls: Sequence[Implementation], target: Target, name: str | None,
+                  best: TuningRecord | None) -> None:
+    """Mark each implementation's study with what dispatch runs of it (``search.ATTR_BEST``) and whether that
+    is the workload's verdict: the dashboard's "best trial" is one lucky sample, this is the verdict."""
+    from kernelgen.tune.search import mark_best
+
+    for impl in impls:
+        mine = best if best is not None and best.implementation == impl.name else \
+            db.best(graph.workload_key, target.fingerprint, implementations={impl.name: impl.source_hash()})
+        if mine is None:
+            continue
+        mark_best(db.optuna_storage_url, study_name(graph, impl, target, name), {
+            "config": mine.config.to_json(), "time": mine.measurement.time.median,  # type: ignore[union-attr]
+            "record_id": mine.record_id, "implementation": mine.implementation, "evidence": mine.evidence.name,
+            "workload_best": best is not None and mine.record_id == best.record_id})
 
 
 def _declared_since(db: Any, graph: Graph, impls: Sequence[Implementation], target: Target,
@@ -355,8 +396,8 @@ def _showdown(db: Any, graph: Graph, records: Sequence[TuningRecord], winners: l
                               e[1] == by_name[e[0]].default_config(target)) for e in entries]
         baselines = contestants(measurers[entries[0][0]]) if opts.time_eager else None
         conf = confirm(finalists, lambda e: (e[0], e[1].key()), references=baselines)
-    recorders = {name: _Recorder(db, graph, by_name[name], target) for name in measurers}
-    committed = commit_confirmation(conf, True, lambda e, m: recorders[e[0]].commit(m),
+    recorders = {name: _Recorder(db, graph, by_name[name], target, opts.name) for name in measurers}
+    committed = commit_confirmation(conf, True, lambda e, m, ev: recorders[e[0]].commit(m, ev),
                                     f"the winners of {len(winners)} implementations")
     return conf, committed
 
@@ -388,7 +429,7 @@ def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Ta
                          declare: bool) -> _Outcome:
     """Search, then re-measure the top configs; with ``declare`` (the graph's only implementation) the
     winner is committed as the tuner's verdict, else it goes on to the showdown between implementations."""
-    recorder = _Recorder(db, graph, impl, target)
+    recorder = _Recorder(db, graph, impl, target, opts.name)
     prior = db.trials(graph.workload_key, target.fingerprint, implementation=impl.name,
                       implementation_hash=recorder.fields["implementation_hash"])
     confirmations = [r for r in prior if is_confirmation(r)]
@@ -423,8 +464,8 @@ def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Ta
                         on_trial=opts.on_trial, measured_elsewhere=measured_elsewhere)
     storage = db.optuna_storage_url
     make_measurer = _measurer_factory(impl, opts)
-    searcher_args = dict(sampler=opts.sampler, storage=storage, study_name=study_name(graph, impl, target),
-                         warm_start=warm)
+    searcher_args = dict(sampler=opts.sampler, storage=storage, study_name=study_name(graph, impl, target, opts.name),
+                         warm_start=warm, user_attrs=study_attrs(graph, impl, target, opts.name))
     run_workers(space, state, commit, make_measurer, searcher_args, workers=opts.workers, seed=opts.seed)
     measured = len(state.new_records)
     # One process at a time confirms a study and declares its verdict; a process that searched alongside
@@ -451,7 +492,7 @@ def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Ta
                 conf = confirm([Finalist(c, partial(measurer.measure, c), trials[c], c == default) for c in chosen],
                                lambda c: c.key(),
                                references=contestants(measurer) if declare and opts.time_eager else None)
-            confirmed = commit_confirmation(conf, declare, lambda _c, m: recorder.commit(m),
+            confirmed = commit_confirmation(conf, declare, lambda _c, m, ev: recorder.commit(m, ev),
                                             f"the top {len(chosen)} configs", state)
             records.extend(confirmed)
             measured += conf.measured
@@ -493,11 +534,10 @@ def tune_workload(workload: Any, *, db: Any = None, trials: int | None = None, s
             sampler=sampler or workload.sampler or "auto",
             patience=patience if patience is not None else workload.patience, workers=workers, seed=seed,
             isolate=isolate, on_trial=on_trial, implementations=workload_implementations(workload, graph),
-            timeout=timeout, policy=policy, retune=retune, time_eager=time_eager)
-        result.name = workload.name
+            timeout=timeout, policy=policy, retune=retune, time_eager=time_eager, name=workload.name)
         results.append(result)
     return results
 
 
 __all__ = ["CONFIRM_ROUNDS", "TrialEvent", "TuneResult", "candidate_implementations", "check_budget",
-           "is_confirmation", "study_name", "tune_graph", "tune_workload"]
+           "is_confirmation", "study_attrs", "study_name", "tune_graph", "tune_workload"]

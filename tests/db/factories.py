@@ -11,7 +11,8 @@ from typing import Any
 
 from sqlalchemy import insert, inspect
 
-from kernelgen.values import Config, FrozenMap, Measurement, Provenance, Status, TensorSpec, TimeStats, TuningRecord
+from kernelgen.values import (Config, FrozenMap, Measurement, Provenance, Status, TensorSpec, TimeStats, TuningRecord,
+                              canonical_json)
 
 TOOLCHAIN = {"kernelgen": "0.1.0", "torch": "2.13.0", "triton": "3.9.0", "compiler": "g++ 12.2.0"}
 TARGET = "fp-cpu-zen3-a"
@@ -38,6 +39,8 @@ def record(
     user: str = "tester",
     kernelgen_version: str = "0.1.0",
     message: str = "",
+    name: str | None = None,
+    evidence: Any = None,
 ) -> TuningRecord:
     """One record; ``status`` other than ok gives a failure measurement (no time statistics)."""
     status = Status(status)
@@ -61,6 +64,8 @@ def record(
         toolchain=FrozenMap(tc),
         measurement=measurement,
         provenance=Provenance(host=host, user=user, kernelgen_version=kernelgen_version, created_at=created_at),
+        name=name,
+        evidence=evidence,
     )
 
 
@@ -82,6 +87,7 @@ def database_at(url: str, revision: str, records: Iterable[TuningRecord] = ()) -
     from kernelgen.db.models import RecordRow, row_values
     from kernelgen.db.schema import upgrade
 
+    records = list(records)
     parsed = parse_url(url)
     engine = make_engine(parsed, read_only=False)
     upgrade(engine, parsed, revision)
@@ -89,6 +95,11 @@ def database_at(url: str, revision: str, records: Iterable[TuningRecord] = ()) -
         # Only the columns that schema had: newer ones (e.g. evidence, schema 3) do not exist yet.
         have = {c["name"] for c in inspect(conn).get_columns(RecordRow.__tablename__)}
         rows = [{k: v for k, v in row_values(r).items() if k in have} for r in records]
+        if "name" not in have:  # before schema 4 the stored record had neither name nor evidence
+            for row, r in zip(rows, records):
+                data = r.to_json()
+                data.pop("name"), data.pop("evidence")
+                row["data"] = canonical_json(data)
         if rows:
             conn.execute(insert(RecordRow.__table__), rows)
     engine.dispose()

@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 
-from kernelgen.db import TuningDB, open_db
+from kernelgen.db import EXPORT_VERSION, TuningDB, open_db
 from kernelgen.errors import ImportFormatError
 from kernelgen.values import canonical_json
 from tests.db import factories as f
@@ -69,10 +69,10 @@ def test_non_json_line_in_the_middle(target: TuningDB, good_file: str, tmp_path)
 def test_newer_format_version(target: TuningDB, good_file: str, tmp_path) -> None:
     lines = _lines(good_file)
     header = json.loads(lines[0])
-    header["version"] = 2
+    header["version"] = EXPORT_VERSION + 1
     lines[0] = json.dumps(header)
-    _assert_refused(target, _write(tmp_path, "v2.jsonl", "\n".join(lines) + "\n"),
-                    "format version 2", "reads up to 1", "upgrade kernelgen")
+    _assert_refused(target, _write(tmp_path, "next.jsonl", "\n".join(lines) + "\n"),
+                    f"format version {EXPORT_VERSION + 1}", f"reads up to {EXPORT_VERSION}", "upgrade kernelgen")
 
 
 @pytest.mark.parametrize("header", ['{"format": "something-else", "version": 1}', "[1, 2]", '{"format": '
