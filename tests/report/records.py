@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kernelgen.values import CONFIRM_PREFIX, DECLARED_PREFIX, Reference, Status, TimeStats, TuningRecord
+from kernelgen.values import CONFIRM_PREFIX, DECLARED_PREFIX, Evidence, Reference, Status, TimeStats, TuningRecord
 from tests.db.factories import record
 
 T0 = 1_700_000_000.0
@@ -38,8 +38,9 @@ def _with(rec: TuningRecord, *, median: float | None = None, message: str, statu
     m = rec.measurement
     if status != "ok":
         return replace(rec, measurement=replace(m, message=message, threads=2))
+    # evidence is a field of its own (schema 4); the message prefix names it for people reading the record
     return replace(rec, measurement=replace(m, time=_stats(median), message=message, threads=2,  # type: ignore[arg-type]
-                                            references=references))
+                                            references=references), evidence=Evidence.of(message))
 
 
 def workload_records(*, compiled_fails: bool = False, workload: str = "wk-bias-gelu") -> list[TuningRecord]:

@@ -53,7 +53,8 @@ def test_the_star_is_what_the_database_dispatches_in_the_plot_and_in_the_table(d
     records = workload_records()
     # A newer verdict, slower than the first: best() runs the newest verdict, and so must the report's ★.
     newer = replace(records[-1], measurement=replace(records[-1].measurement, message=records[-3].measurement.message),
-                    provenance=replace(records[-1].provenance, created_at=records[-1].provenance.created_at + 50))
+                    provenance=replace(records[-1].provenance, created_at=records[-1].provenance.created_at + 50),
+                    evidence=records[-3].evidence)
     db.commit_many([*records, newer])
     best = db.best(records[0].workload_key, records[0].target_fingerprint)
     assert best == newer and best.implementation == "custom:bias_gelu/cpp"

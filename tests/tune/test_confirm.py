@@ -75,7 +75,7 @@ def test_torch_compile_is_a_baseline_of_every_round_and_its_time_reaches_every_r
     by_name = {r.name: r for r in conf.references}
     assert list(by_name) == ["eager", "torch.compile"] and conf.eager.median == 4.0
     assert by_name["torch.compile"].time.median == 0.8 and by_name["torch.compile"].message == ""
-    records = commit_confirmation(conf, True, lambda item, m: m, "test")
+    records = commit_confirmation(conf, True, lambda item, m, evidence: m, "test")
     assert all(m.references == conf.references for m in records)  # the report reads them off the verdict
     assert all(isinstance(r, Reference) for r in records[0].references)
 

@@ -80,11 +80,13 @@ def test_every_reader_names_the_verdict(tmp_path, capsys, monkeypatch) -> None:
     assert Config(kernelgen.compile(bias_gelu, backend="cpp", db=url).explain(X, B)["config"]) == verdict
     # The report's best and its starred row.
     summary = summarise(records)[0]
-    assert summary.best.config == verdict and summary.name == "bias_gelu"
+    assert summary.best.config == verdict and summary.title == "bias_gelu"
     page = render_report(records)
-    assert re.search(r"<h2>bias_gelu · ", page)  # the workload is headed by its name
-    starred = re.search(r"<tr><td>[^<]*★</td><td>([^<]*)</td>", page).group(1)
+    assert re.search(r"<h2>bias_gelu[ <]", page)  # the workload is headed by its name
+    starred = re.search(r'<span class="star">★</span> <b>[^<]*</b> <code>([^<]*)</code>', page).group(1)
     assert starred == " ".join(f"{k}={v}" for k, v in sorted(verdict.items()))
+    starred_rows = re.findall(r'<tr class="best"><td>★</td><td>[^<]*</td><td>([^<]*)</td>', page)
+    assert starred_rows == [starred]  # the finalists table stars the same record
     # The study's mark, though Optuna's own best trial is the lucky sample.
     study = optuna.load_study(storage=url, study_name=study_name(graph, impl, target, "bias_gelu"))
     mark = study.user_attrs[ATTR_BEST]
