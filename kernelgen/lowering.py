@@ -41,7 +41,10 @@ def _canonical_name(kind: str, target: Any) -> str:
         special = {operator.add: "add", operator.sub: "sub", operator.mul: "mul", operator.truediv: "div",
                    operator.neg: "neg", operator.pow: "pow", operator.matmul: "matmul", operator.gt: "gt",
                    operator.ge: "ge", operator.lt: "lt", operator.le: "le", operator.eq: "eq", operator.ne: "ne",
-                   operator.and_: "logical_and", operator.or_: "logical_or", abs: "abs",
+                   operator.and_: "bitwise_and", operator.or_: "bitwise_or", operator.xor: "bitwise_xor",
+                   operator.invert: "bitwise_not", operator.lshift: "bitwise_left_shift",
+                   operator.rshift: "bitwise_right_shift", operator.floordiv: "floor_divide",
+                   operator.mod: "remainder", abs: "abs",
                    operator.abs: "abs", getattr: "getattr"}
         if target in special:
             return special[target]
@@ -149,8 +152,10 @@ def _binary(op: str) -> Handler:
         if not _is_node(x) and not _is_node(y):
             raise UnsupportedOpError(f"{op} of two Python numbers at `{where}`")
         if op == "div" and kwargs.get("rounding_mode") is not None:
-            raise UnsupportedOpError(f"div(rounding_mode={kwargs['rounding_mode']!r}) at `{where}`; only true division "
-                                     "is lowered")
+            return _rounded_div(b, x, y, kwargs["rounding_mode"], meta, where)
+        if op in _DIVISIONS and meta is not None and not _is_float_dtype(meta.dtype) and _is_node(y):
+            raise UnsupportedOpError(f"integer {op} by a tensor at `{where}`: eager raises ZeroDivisionError for a zero "
+                                     "divisor, which a kernel cannot, so this graph runs eagerly (divide by a number)")
         if op == "pow" and _is_node(x) and isinstance(y, int) and y < 0 and not _is_float_dtype(b.spec(int(x)).dtype):
             raise UnsupportedOpError(f"integer tensor to the negative power {y} at `{where}` (eager raises for it)")
         like = x if _is_node(x) else y
@@ -168,9 +173,28 @@ for _op, _names in {
     "add": ("add", "__add__", "__radd__"), "sub": ("sub", "subtract", "__sub__"), "mul": ("mul", "multiply"),
     "div": ("div", "divide", "true_divide"), "pow": ("pow",), "maximum": ("maximum",), "minimum": ("minimum",),
     "eq": ("eq",), "ne": ("ne",), "lt": ("lt",), "le": ("le",), "gt": ("gt",), "ge": ("ge",),
-    "logical_and": ("logical_and",), "logical_or": ("logical_or",),
+    "logical_and": ("logical_and",), "logical_or": ("logical_or",), "logical_xor": ("logical_xor",),
+    "atan2": ("atan2", "arctan2"), "bitwise_and": ("bitwise_and", "__and__"), "bitwise_or": ("bitwise_or", "__or__"),
+    "bitwise_xor": ("bitwise_xor", "__xor__"), "bitwise_left_shift": ("bitwise_left_shift", "__lshift__"),
+    "bitwise_right_shift": ("bitwise_right_shift", "__rshift__"), "fmod": ("fmod",),
+    "remainder": ("remainder", "__mod__"), "floor_divide": ("floor_divide", "__floordiv__"),
 }.items():
     _handles(*_names)(_binary(_op))
+
+_DIVISIONS = frozenset({"floor_divide", "remainder", "fmod"})
+
+
+def _rounded_div(b: Any, x: Any, y: Any, mode: str, meta: Any, where: str) -> int:
+    """div(rounding_mode=...): "floor" is floor_divide; "trunc" truncates the true quotient of floats, and of
+    integers is floor_divide of a - fmod(a, b), an exact multiple of b (no overflow: it moves toward zero)."""
+    if mode not in ("floor", "trunc"):
+        raise UnsupportedOpError(f"div(rounding_mode={mode!r}) at `{where}`; use None, 'trunc' or 'floor'")
+    if mode == "floor":
+        return _binary("floor_divide")(b, (x, y), {}, meta, where)
+    if meta is not None and _is_float_dtype(meta.dtype):
+        return b.elementwise("trunc", (_binary("div")(b, (x, y), {}, meta, where),), meta.dtype)
+    exact = _binary("sub")(b, (x, _ref(_binary("fmod")(b, (x, y), {}, meta, where))), {}, meta, where)
+    return _binary("floor_divide")(b, (_ref(exact), y), {}, meta, where)
 
 
 @_handles("rsub")
@@ -186,7 +210,9 @@ def _float_result(name: str, meta: Any, where: str) -> None:
                                  "decides (it raises for integer inputs)")
 
 
-_FLOAT_MATH = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "silu", "gelu", "reciprocal"})
+_FLOAT_MATH = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "silu", "gelu", "reciprocal",
+                         "expm1", "log1p", "log2", "log10", "exp2", "sin", "cos", "tan", "asin", "acos", "atan", "sinh",
+                         "cosh", "asinh", "acosh", "atanh"})
 
 
 def _unary(op: str, **attrs: Any) -> Handler:
@@ -202,10 +228,23 @@ def _unary(op: str, **attrs: Any) -> Handler:
     return handler
 
 
-for _op in ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "relu", "silu", "reciprocal"):
+for _op in ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "relu", "silu", "reciprocal",
+            "expm1", "log1p", "log2", "log10", "exp2", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
+            "asinh", "acosh", "atanh", "floor", "ceil", "trunc", "sign", "isnan", "isinf", "isfinite", "logical_not",
+            "bitwise_not"):
     _handles(_op)(_unary(_op))
-_handles("negative")(_unary("neg"))
-_handles("special_erf")(_unary("erf"))
+for _alias, _op in {"negative": "neg", "absolute": "abs", "special_erf": "erf", "special_expm1": "expm1",
+                    "special_log1p": "log1p", "special_exp2": "exp2", "arcsin": "asin", "arccos": "acos",
+                    "arctan": "atan", "arcsinh": "asinh", "arccosh": "acosh", "arctanh": "atanh", "fix": "trunc",
+                    "sgn": "sign", "__invert__": "bitwise_not"}.items():
+    _handles(_alias)(_unary(_op))
+
+
+@_handles("round")
+def _round(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    if kwargs.get("decimals", 0) != 0:
+        raise UnsupportedOpError(f"round(decimals={kwargs['decimals']}) at `{where}`; only decimals=0 is lowered")
+    return _unary("round")(b, args[:1], {}, meta, where)
 
 
 @_handles("gelu")
@@ -514,6 +553,9 @@ def _size(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> Any:
     spec = b.spec(int(args[0]))
     dim = _arg(args, kwargs, 1, "dim")
     return spec.shape if dim is None else spec.shape[dim]
+
+
+from kernelgen import lowering_pointwise  # noqa: E402,F401  (registers the composite pointwise handlers)
 
 
 def op_name(target: Any) -> str:

@@ -72,9 +72,14 @@ class Template(ABC):
 @functools.lru_cache(maxsize=None)
 def _modules_hash(module_names: tuple[str, ...]) -> str:
     digest = hashlib.sha256()
-    for name in module_names:
+    names = list(module_names)
+    for name in names:
         try:
-            digest.update(inspect.getsource(importlib.import_module(name)).encode())
+            module = importlib.import_module(name)
+            digest.update(inspect.getsource(module).encode())
         except (ImportError, OSError, TypeError):
             digest.update(f"missing:{name}".encode())
+            continue
+        # a codegen module split into several (the renderers' op tables) names the others it renders with
+        names.extend(n for n in getattr(module, "SOURCE_DEPENDENCIES", ()) if n not in names)
     return digest.hexdigest()[:16]
