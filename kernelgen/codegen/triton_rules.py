@@ -164,7 +164,7 @@ def asinh(em: Any, i: int, n: Node, a: str) -> Lines:
 
 def acosh(em: Any, i: int, n: Node, a: str) -> Lines:
     return [f"d{i} = {a} - 1.0", *_named(_log1p(f"(d{i} + tl.sqrt(d{i} * ({a} + 1.0)))", f"t{i}"), f"r{i}"),
-            f"tl.where({a} > 268435456.0, tl.log({a}) + {_LN2}, r{i})"]
+            f"tl.where({a} < 1.0, {NAN}, tl.where({a} > 268435456.0, tl.log({a}) + {_LN2}, r{i}))"]
 
 
 def atanh(em: Any, i: int, n: Node, a: str) -> Lines:
