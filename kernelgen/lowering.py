@@ -154,8 +154,9 @@ def _binary(op: str) -> Handler:
         if op == "div" and kwargs.get("rounding_mode") is not None:
             return _rounded_div(b, x, y, kwargs["rounding_mode"], meta, where)
         if op in _DIVISIONS and meta is not None and not _is_float_dtype(meta.dtype) and _is_node(y):
-            raise UnsupportedOpError(f"integer {op} by a tensor at `{where}`: eager raises ZeroDivisionError for a zero "
-                                     "divisor, which a kernel cannot, so this graph runs eagerly (divide by a number)")
+            raise UnsupportedOpError(f"integer {op} by a tensor at `{where}`: eager raises ZeroDivisionError for a "
+                                     "zero divisor, which a kernel cannot, so this graph runs eagerly (divide by a "
+                                     "number)")
         if op == "pow" and _is_node(x) and isinstance(y, int) and y < 0 and not _is_float_dtype(b.spec(int(x)).dtype):
             raise UnsupportedOpError(f"integer tensor to the negative power {y} at `{where}` (eager raises for it)")
         like = x if _is_node(x) else y

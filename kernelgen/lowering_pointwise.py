@@ -79,7 +79,8 @@ def _elu(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     alpha = float(_arg(args, kwargs, 1, "alpha", 1.0))
     negative = b.elementwise("le", (x, _const(b, 0.0, x)))
     em1 = b.elementwise("expm1", (x,))
-    return b.elementwise("where", (negative, b.elementwise("mul", (em1, _const(b, alpha, x))) if alpha != 1 else em1, x))
+    scaled = b.elementwise("mul", (em1, _const(b, alpha, x))) if alpha != 1 else em1
+    return b.elementwise("where", (negative, scaled, x))
 
 
 @_handles("softplus")
@@ -105,9 +106,17 @@ def _mish(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
 def _logit(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     x = _x(args, kwargs, "logit", meta, where)
     eps = _arg(args, kwargs, 1, "eps")
-    if eps is not None:
-        x = _clamp(b, (x, float(eps), 1.0 - float(eps)), {}, meta, where)
+    if eps is not None:  # eager converts eps to x's dtype and computes 1 - eps in it (float16: 0.990234375)
+        lo = _in_dtype(float(eps), b.spec(x).dtype)
+        x = _clamp(b, (x, lo, _in_dtype(1.0 - lo, b.spec(x).dtype)), {}, meta, where)
     return b.elementwise("log", (b.elementwise("div", (x, b.elementwise("sub", (_const(b, 1.0, x), x)))),))
+
+
+def _in_dtype(value: float, dtype: str) -> float:
+    """``value`` rounded to ``dtype`` as torch rounds a Python float stored in a tensor of that dtype."""
+    import torch
+
+    return float(torch.tensor(value, dtype=getattr(torch, dtype)).item())
 
 
 @_handles("frac")

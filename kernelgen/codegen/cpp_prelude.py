@@ -137,12 +137,18 @@ static inline float kg_tanhf_approx(float x) {
 // Integer and float division as eager rounds it (c10's div_floor_floating / div_floor_integer and ATen's
 // remainder kernels): Python's floor division and a remainder with the divisor's sign. Integer divisors are
 // constants other than 0 and -1 (the renderer refuses the rest: eager raises on 0, INT_MIN / -1 traps).
+// Signs of zeros are read from the bits: under -ffast-math (no signed zeros) gcc replaced b by +0.0 inside
+// `if (b == 0)`, so x // -0.0 gave +inf.
 template <typename T> static inline T kg_floordiv_fp(T a, T b) {
-  if (b == 0) return a / b;
+  using U = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  const U ub = __builtin_bit_cast(U, b);
+  const U sign = (__builtin_bit_cast(U, a) ^ ub) & ((U)1 << (sizeof(T) * 8 - 1));  // the sign of a / b
+  if ((U)(ub << 1) == 0)  // a / +-0: nan for a nan or zero a, else an infinity
+    return (a != a || a == 0) ? (T)NAN : __builtin_bit_cast(T, __builtin_bit_cast(U, (T)INFINITY) | sign);
   const T mod = std::fmod(a, b);
   T div = (a - mod) / b;
   if (mod != 0 && ((b < 0) != (mod < 0))) div -= 1;
-  if (div == 0) return std::copysign((T)0, a / b);
+  if (div == 0) return __builtin_bit_cast(T, sign);  // +-0 with a / b's sign
   T fl = std::floor(div);
   return div - fl > (T)0.5 ? fl + 1 : fl;
 }

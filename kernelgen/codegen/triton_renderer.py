@@ -16,7 +16,7 @@ from typing import ClassVar
 from kernelgen.codegen import triton_rules as rules
 from kernelgen.codegen.renderer import INTEGRAL, NUMBER, REAL, OpRule, Renderer
 from kernelgen.codegen.triton_types import (HEADER, INF, NARROW, TL_DTYPE, and_, bf16_round, compute_dtype, is_float,
-                                            or_, scalar, tanh)
+                                            or_, scalar)
 from kernelgen.ir import Graph, Node
 
 _COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -78,7 +78,7 @@ class TritonRenderer(Renderer):
         # `a < 0` is false for NaN and -0.0, so both pass through as in eager (relu(NaN) = NaN)
         "relu": _formula("tl.where({a} < 0, 0, {a})", NUMBER),
         "exp": _formula("tl.exp({a})"), "log": _formula("tl.log({a})"), "sqrt": _formula("tl.sqrt({a})"),
-        "rsqrt": _formula("tl.rsqrt({a})"), "tanh": OpRule(lambda em, i, n, a: [tanh(a)], accepts=REAL),
+        "rsqrt": _formula("tl.rsqrt({a})"), "tanh": OpRule(rules.tanh_, accepts=REAL),
         "erf": _formula("tl.erf({a})"), "sigmoid": _formula("tl.sigmoid({a})"),
         "silu": _formula("{a} * tl.sigmoid({a})"), "reciprocal": _formula("1.0 / {a}"),
         "gelu": OpRule(rules.gelu, accepts=REAL),
