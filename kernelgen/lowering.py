@@ -193,7 +193,10 @@ def _rounded_div(b: Any, x: Any, y: Any, mode: str, meta: Any, where: str) -> in
     if mode == "floor":
         return _binary("floor_divide")(b, (x, y), {}, meta, where)
     if meta is not None and _is_float_dtype(meta.dtype):
-        return b.elementwise("trunc", (_binary("div")(b, (x, y), {}, meta, where),), meta.dtype)
+        quotient = _binary("div")(b, (x, y), {}, meta, where)
+        if meta.dtype in ("float16", "bfloat16"):  # eager truncates the quotient rounded to the dtype (17.96 -> 18)
+            quotient = b.elementwise("cast", (quotient,), meta.dtype)
+        return b.elementwise("trunc", (quotient,), meta.dtype)
     exact = _binary("sub")(b, (x, _ref(_binary("fmod")(b, (x, y), {}, meta, where))), {}, meta, where)
     return _binary("floor_divide")(b, (_ref(exact), y), {}, meta, where)
 

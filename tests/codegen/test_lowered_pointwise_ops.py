@@ -130,3 +130,12 @@ def test_unsupported_rounding_arguments_run_eagerly(backend):
     compiled = kernelgen.compile(lambda a: torch.round(a, decimals=2), backend=backend)
     torch.testing.assert_close(compiled(x), torch.round(x, decimals=2), equal_nan=True)
     assert compiled.explain(x)["implementation"] == "eager"
+
+
+@pytest.mark.parametrize("backend", list(_backends()))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_trunc_division_of_halves_truncates_the_rounded_quotient(dtype, backend):
+    # 8.98 / 0.5 is 17.96 in float32 but 18.0 in bfloat16: eager truncates the quotient held in the dtype
+    x = torch.tensor([8.98, -8.98, 7.0, 1.0], dtype=dtype)
+    y = torch.tensor([0.5, 0.5, 2.0, 3.0], dtype=dtype)
+    _same(lambda a, b: torch.div(a, b, rounding_mode="trunc"), x, y, backend=backend)
