@@ -137,13 +137,6 @@ def _last_dim(b: Any, x: int, dim: Any, where: str) -> None:
                                  "is supported: transpose outside the compiled function")
 
 
-def _finish_reduction(b: Any, value: int, keepdim: bool) -> int:
-    if keepdim:
-        return value
-    spec = b.spec(value)
-    return b.add("reshape", (value,), TensorSpec(spec.shape[:-1], spec.dtype))
-
-
 # -------------------------------------------------------------------------------------- elementwise
 
 def _binary(op: str) -> Handler:
@@ -320,14 +313,18 @@ def _reduction(kind: str) -> Handler:
     def handler(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
         x = int(args[0])
         dim = _arg(args, kwargs, 1, "dim", None)
-        if dim is None or isinstance(dim, bool):  # std(x, True): the overload whose 2nd argument is `unbiased`
-            raise UnsupportedOpError(f"{kind} over all dimensions at `{where}`; reduce with dim=-1")
-        _last_dim(b, x, dim, where)
-        keepdim = bool(_arg(args, kwargs, 2, "keepdim", False))
+        if isinstance(dim, bool):  # std(x, True): the overload whose 2nd argument is `unbiased`
+            raise UnsupportedOpError(f"{kind}(x, {dim}) over all dimensions at `{where}`; reduce with dim=-1")
+        dims = _reduced_dims(b, x, dim, kind, where)
+        keepdim = bool(_arg(args, kwargs, 3 if kind in ("var", "std") else 2, "keepdim", False))
         n = b.spec(x).shape[-1]
         if kind in ("mean", "logsumexp", "var", "std"):
             _float_result(kind, meta, where)
-        if kind == "sum":  # eager accumulates in the result dtype: int8/bool sums in int64, dtype= before summing
+        if b.spec(x).rank - 1 not in dims:  # only size-1 dims are reduced: each value is its own sum, max, mean
+            if kind in ("var", "std"):  # of one element: 0 or NaN by the correction
+                raise UnsupportedOpError(f"{kind} over size-1 dims {sorted(dims)} at `{where}`; reduce with dim=-1")
+            value = _cast_to(b, x, meta.dtype) if meta is not None else x
+        elif kind == "sum":  # eager accumulates in the result dtype: int8/bool sums in int64, dtype= before summing
             value = b.reduce("sum", _cast_to(b, x, meta.dtype) if meta is not None else x)
         elif kind == "mean":
             value = b.elementwise("mul", (b.reduce("sum", x), b.scalar_or_node(1.0 / n, x)))
@@ -342,16 +339,40 @@ def _reduction(kind: str) -> Handler:
             correction = kwargs.get("correction")
             if correction is None:
                 correction = 1 if _arg(args, kwargs, 2, "unbiased", True) else 0
-            keepdim = bool(_arg(args, kwargs, 3, "keepdim", False))
             value = _variance(b, x, correction)
             if kind == "std":
                 value = b.elementwise("sqrt", (value,))
         if meta is not None:
             value = _cast_to(b, value, meta.dtype)
-        result = _finish_reduction(b, value, keepdim)
+        shape = b.spec(x).shape
+        final = tuple(1 if d in dims else size for d, size in enumerate(shape)) if keepdim else \
+            tuple(size for d, size in enumerate(shape) if d not in dims)
+        result = value if b.spec(value).shape == final else \
+            b.add("reshape", (value,), TensorSpec(final, b.spec(value).dtype))  # drops or keeps size-1 dims only
         return (_ref(result), None) if kind in ("max", "min") else result
 
     return handler
+
+
+def _reduced_dims(b: Any, x: int, dim: Any, kind: str, where: str) -> frozenset[int]:
+    """The dims a reduction runs over (``dim=None`` or ``[]``: all), when the templates' last-dim reductions
+    cover it: every reduced dim but the last has size 1 (a full reduction of a row, ``sum(1)`` of [n, 1]).
+    Reductions over other dims raise ``UnsupportedOpError`` (a middle dim of a contiguous input is no
+    last-dim view, and the templates reduce rows)."""
+    shape = b.spec(x).shape
+    rank = len(shape)
+    if rank == 0:
+        raise UnsupportedOpError(f"reduction of a 0-d tensor at `{where}`; reductions run over a last dimension")
+    dims = dim if isinstance(dim, (tuple, list)) else ((dim,) if dim is not None else ())
+    reduced = frozenset(d % rank for d in dims) if dims else frozenset(range(rank))
+    wide = sorted(d for d in reduced if shape[d] != 1 and d != rank - 1)
+    if wide:
+        over = "all dimensions" if dim is None else f"dim={dim}"
+        raise UnsupportedOpError(f"{kind} over {over} at `{where}`; only the last dimension (dim=-1) and size-1 dims "
+                                 "are reduced inside a compiled function: transpose outside it")
+    if shape[-1] == 0 and rank - 1 in reduced:  # eager: sum 0, mean nan, amax an error; kernels reduce non-empty rows
+        raise UnsupportedOpError(f"reduction over an empty last dimension at `{where}`")
+    return reduced
 
 
 for _kind in ("sum", "mean", "amax", "amin", "logsumexp", "var", "std"):
