@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from kernelgen.errors import UnsupportedOpError
-from kernelgen.lowering import _arg, _clamp, _float_result, _handles, _is_node, _operand
+from kernelgen.lowering import _arg, _cast_to, _clamp, _float_result, _handles, _is_node, _operand
 
 
 def _x(args: tuple, kwargs: dict, name: str, meta: Any, where: str) -> int:
@@ -104,7 +104,7 @@ def _mish(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
 
 @_handles("logit")
 def _logit(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
-    x = _x(args, kwargs, "logit", meta, where)
+    x = _cast_to(b, _x(args, kwargs, "logit", meta, where), meta.dtype)  # an integer x is clamped as a float
     eps = _arg(args, kwargs, 1, "eps")
     if eps is not None:  # eager converts eps to x's dtype and computes 1 - eps in it (float16: 0.990234375)
         lo = _in_dtype(float(eps), b.spec(x).dtype)

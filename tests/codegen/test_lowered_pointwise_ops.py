@@ -141,3 +141,10 @@ def test_trunc_division_of_halves_truncates_the_rounded_quotient(dtype, backend)
     x = (torch.rand(256, generator=gen) * 2000).to(dtype)
     y = (torch.rand(256, generator=gen) * 3 + 0.01).to(dtype)
     _same(lambda a, b: torch.div(a, b, rounding_mode="trunc"), x, y, backend=backend)
+
+
+@pytest.mark.parametrize("backend", list(_backends()))
+def test_logit_of_integers_clamps_in_float(backend):
+    # eps = 0.25 rounded to the int64 input's dtype was 0: logit(0) gave -inf where eager clamps to 0.25
+    x = torch.tensor([0, 1, 2, -3], dtype=torch.int64)
+    _same(lambda a: torch.logit(a, 0.25), x, backend=backend)
