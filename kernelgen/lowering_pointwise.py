@@ -37,14 +37,25 @@ def _clamp_max(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
 
 @_handles("hardtanh")
 def _hardtanh(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
-    x = _x(args, kwargs, "hardtanh", meta, where)
     lo, hi = _arg(args, kwargs, 1, "min_val", -1.0), _arg(args, kwargs, 2, "max_val", 1.0)
-    return _clamp(b, (x, lo, hi), {}, meta, where)
+    return _bounded(b, args, kwargs, "hardtanh", lo, hi, meta, where)
 
 
 @_handles("relu6")
 def _relu6(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
-    return _clamp(b, (_x(args, kwargs, "relu6", meta, where), 0.0, 6.0), {}, meta, where)
+    return _bounded(b, args[:1], {}, "relu6", 0.0, 6.0, meta, where)
+
+
+def _bounded(b: Any, args: tuple, kwargs: dict, name: str, lo: float, hi: float, meta: Any, where: str) -> int:
+    """clamp(x, lo, hi) in x's dtype: an integer tensor's bounds are truncated into it, as eager converts them."""
+    x = _arg(args, kwargs, 0, "input")
+    dtype = b.spec(int(x)).dtype if _is_node(x) else None
+    if dtype is None or dtype == "bool" or (dtype == "uint8" and min(lo, hi) < 0):
+        raise UnsupportedOpError(f"{name} of {dtype or 'a Python number'} at `{where}`; eager PyTorch runs it")
+    if dtype.startswith("float") or dtype == "bfloat16":
+        return _clamp(b, (int(x), lo, hi), {}, meta, where)
+    low = b.elementwise("maximum", (int(x), b.const(int(lo), dtype)))
+    return b.elementwise("minimum", (low, b.const(int(hi), dtype)))
 
 
 def _relu6_clamp(b: Any, x: int) -> int:

@@ -148,3 +148,10 @@ def test_logit_of_integers_clamps_in_float(backend):
     # eps = 0.25 rounded to the int64 input's dtype was 0: logit(0) gave -inf where eager clamps to 0.25
     x = torch.tensor([0, 1, 2, -3], dtype=torch.int64)
     _same(lambda a: torch.logit(a, 0.25), x, backend=backend)
+
+
+@pytest.mark.parametrize("backend", list(_backends()))
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int8, torch.uint8], ids=str)
+def test_hardtanh_of_integers_truncates_the_bounds(dtype, backend):
+    x = _ints(dtype)
+    _same(lambda a: (F.relu6(a), F.hardtanh(a, 2.5, 100.7)), x, backend=backend)
