@@ -52,7 +52,7 @@ def _compare(em: "ExprEmitter", i: int, n: Node) -> list[str]:
 
 def _where(em: "ExprEmitter", i: int, n: Node) -> list[str]:
     dt = n.spec.dtype
-    return [f"tl.where({em.bool(n.inputs[0])}, {em.arg(n.inputs[1], dt)}, {em.arg(n.inputs[2], dt)})"]
+    return [f"tl.where({em.as_bool(n.inputs[0])}, {em.arg(n.inputs[1], dt)}, {em.arg(n.inputs[2], dt)})"]
 
 
 _NO_CORE_TL = "core triton.language has no inverse trigonometric function (libdevice does not run in the interpreter)"
@@ -137,7 +137,7 @@ class ExprEmitter:
         row = TritonRenderer.rule(self.graph, i)
         dt = TritonRenderer.operand_dtype(self.graph, i)
         if row.operand == "bool":
-            args = [self.bool(j) for j in n.inputs]
+            args = [self.as_bool(j) for j in n.inputs]
         elif row.operand == "input":  # as eager holds it: a float16/bfloat16 intermediate is rounded
             args = [self.narrow(self.names[j], self.graph.nodes[j].spec.dtype)
                     if self.graph.nodes[j].spec.dtype in NARROW else self.names[j] for j in n.inputs]
@@ -178,12 +178,9 @@ class ExprEmitter:
             return bf16_round(x)
         return f"{x}.to({TL_DTYPE[dtype]}).to(tl.float32)"
 
-    def bool(self, j: int) -> str:
+    def as_bool(self, j: int) -> str:
         name = self.names[j]
         return name if self.graph.nodes[j].spec.dtype == "bool" else f"({name} != 0)"
-
-    # the names the emitter had before the op table; kept for callers outside kernelgen.codegen
-    _arg, _narrow, _bool = arg, narrow, bool
 
 
 __all__ = ["OPS", "REFUSED", "ExprEmitter", "TritonRenderer"]
