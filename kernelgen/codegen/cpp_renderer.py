@@ -1,4 +1,5 @@
-"""The C++ renderer: a C-style op table (one ``OpRule`` per IR op) over typed loads, stores and literals.
+"""The C-style renderers: ``CStyleRenderer`` (rows that are plain C) and ``CppRenderer`` (those plus libm,
+the prelude's helpers and float16/bfloat16), one ``OpRule`` per IR op, over typed literals and conversions.
 
 Numerics (see ``kernelgen.ir``): float16/bfloat16/float32 values are computed in ``float``, float64 in
 ``double``; float16 and bfloat16 are stored as ``uint16_t`` and converted with the integer bit tricks of
@@ -218,14 +219,13 @@ def _sign(c: CppOp, x: str) -> str:
     return f"(({c.ctype})((({c.ctype})0 < {x}) - ({x} < ({c.ctype})0)))"  # NaN and -0.0 give +0, as eager
 
 
-class CppRenderer(Renderer):
-    """C++ for one elementwise node at a time; ``expr`` converts the inputs and applies the op's row."""
+class CStyleRenderer(Renderer):
+    """The C-style base: rows that are plain C expressions over C scalar types (operators, selects, C casts),
+    shared by every C-family renderer; ``expr`` converts the inputs and applies the op's row."""
 
-    language: ClassVar[str] = "C++"
-    prelude: ClassVar[str] = PRELUDE
+    language: ClassVar[str] = "C"
     code_for_op: ClassVar[dict[str, OpRule]] = {
         "const": OpRule(lambda c: c.lit(c.node.attr("value")), operand="node"),
-        "cast": OpRule(_cast, operand="node"),
         "where": OpRule(_where, operand="node"),
         **{op: _infix(sym) for op, sym in (("add", "+"), ("sub", "-"), ("mul", "*"), ("div", "/"))},
         **{op: OpRule(_infix(sym).render, operand="promote")
@@ -234,40 +234,18 @@ class CppRenderer(Renderer):
         "logical_or": OpRule(_infix("||").render, operand="bool"),
         "logical_xor": OpRule(_infix("!=").render, operand="bool"),
         "logical_not": OpRule(lambda c, a: f"(!{a})", operand="bool"),
-        "maximum": _extremum("maximum"), "minimum": _extremum("minimum"),
         "neg": OpRule(lambda c, a: f"(-{a})"),
-        "abs": OpRule(lambda c, a: f"{c.fn('abs')}({a})" if c.floating else f"({a} < 0 ? ({c.ctype})-{a} : {a})"),
         "relu": OpRule(lambda c, a: f"({a} < 0 ? ({c.ctype})0 : {a})"),  # nan < 0 is false: relu(nan) is nan
-        "pow": OpRule(_pow),
-        "exp": OpRule(_exp, accepts=REAL),
-        **{op: _call(op) for op in ("log", "sqrt", "tanh", "erf", "expm1", "log1p", "log2", "log10", "exp2", "sin",
-                                    "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
-                                    "atan2")},
-        "rsqrt": OpRule(lambda c, a: f"({c.one} / {c.fn('sqrt')}({a}))", accepts=REAL),
-        "reciprocal": OpRule(lambda c, a: f"({c.one} / {a})", accepts=REAL),
-        "sigmoid": OpRule(lambda c, a: f"({c.one} / ({c.one} + {c.fn('exp')}(-{a})))", accepts=REAL),
-        # silu(-inf) = -inf / inf = nan, as in eager
-        "silu": OpRule(lambda c, a: f"({a} / ({c.one} + {c.fn('exp')}(-{a})))", accepts=REAL),
-        "gelu": OpRule(_gelu, accepts=REAL),
-        **{op: _rounding(op) for op in ("floor", "ceil", "trunc", "round")},  # round: rint, half to even
         "sign": OpRule(_sign),
-        "isnan": _classify("{x} != {x}", "false"),
-        "isinf": _classify("{abs}({x}) == {inf}", "false"),
-        "isfinite": _classify("{abs}({x}) < {inf}", "true"),
         "bitwise_and": OpRule(lambda c, a, b: f"(({c.ctype})({a} & {b}))", accepts=INTEGRAL),
         "bitwise_or": OpRule(lambda c, a, b: f"(({c.ctype})({a} | {b}))", accepts=INTEGRAL),
         "bitwise_xor": OpRule(lambda c, a, b: f"(({c.ctype})({a} ^ {b}))", accepts=INTEGRAL),
         "bitwise_not": OpRule(lambda c, a: f"(!{a})" if c.dtype == "bool" else f"(({c.ctype})~{a})", accepts=INTEGRAL),
-        "bitwise_left_shift": OpRule(lambda c, a, b: f"kg_shl<{c.ctype}>({a}, {b})", accepts=frozenset({"int"})),
-        "bitwise_right_shift": OpRule(lambda c, a, b: f"kg_shr<{c.ctype}>({a}, {b})", accepts=frozenset({"int"})),
-        "fmod": _division("fmod", "%"),
-        "remainder": _division("kg_remainder_fp", "kg_remainder_int"),
-        "floor_divide": _division("kg_floordiv_fp", "kg_floordiv_int"),
     }
 
     @classmethod
     def expr(cls, graph: Graph, node_id: int, args: Sequence[str]) -> str:
-        """The C++ expression of elementwise node ``node_id`` given its inputs' expressions ``args`` (in their
+        """The expression of elementwise node ``node_id`` given its inputs' expressions ``args`` (in their
         compute types); the result is in the node's compute type. ``ValueError`` for a non-elementwise op,
         ``UnsupportedOpError`` for an op or dtype this renderer cannot match eager for."""
         node = graph.nodes[node_id]
@@ -282,4 +260,38 @@ class CppRenderer(Renderer):
         return row.render(c, *xs)
 
 
-__all__ = ["COMPUTE", "STORAGE", "CppOp", "CppRenderer", "convert_value", "is_float", "literal"]
+class CppRenderer(CStyleRenderer):
+    """C++ (g++ with libm/libmvec and ``PRELUDE``'s helpers): the C-style rows plus math, NaN-propagating
+    max/min, float16/bfloat16 casts, Python-style division and eager's shifts."""
+
+    language: ClassVar[str] = "C++"
+    prelude: ClassVar[str] = PRELUDE
+    code_for_op: ClassVar[dict[str, OpRule]] = {
+        **CStyleRenderer.code_for_op,
+        "cast": OpRule(_cast, operand="node"),
+        "maximum": _extremum("maximum"), "minimum": _extremum("minimum"),
+        "abs": OpRule(lambda c, a: f"{c.fn('abs')}({a})" if c.floating else f"({a} < 0 ? ({c.ctype})-{a} : {a})"),
+        "pow": OpRule(_pow),
+        "exp": OpRule(_exp, accepts=REAL),
+        **{op: _call(op) for op in ("log", "sqrt", "tanh", "erf", "expm1", "log1p", "log2", "log10", "exp2", "sin",
+                                    "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
+                                    "atan2")},
+        "rsqrt": OpRule(lambda c, a: f"({c.one} / {c.fn('sqrt')}({a}))", accepts=REAL),
+        "reciprocal": OpRule(lambda c, a: f"({c.one} / {a})", accepts=REAL),
+        "sigmoid": OpRule(lambda c, a: f"({c.one} / ({c.one} + {c.fn('exp')}(-{a})))", accepts=REAL),
+        # silu(-inf) = -inf / inf = nan, as in eager
+        "silu": OpRule(lambda c, a: f"({a} / ({c.one} + {c.fn('exp')}(-{a})))", accepts=REAL),
+        "gelu": OpRule(_gelu, accepts=REAL),
+        **{op: _rounding(op) for op in ("floor", "ceil", "trunc", "round")},  # round: rint, half to even
+        "isnan": _classify("{x} != {x}", "false"),
+        "isinf": _classify("{abs}({x}) == {inf}", "false"),
+        "isfinite": _classify("{abs}({x}) < {inf}", "true"),
+        "bitwise_left_shift": OpRule(lambda c, a, b: f"kg_shl<{c.ctype}>({a}, {b})", accepts=frozenset({"int"})),
+        "bitwise_right_shift": OpRule(lambda c, a, b: f"kg_shr<{c.ctype}>({a}, {b})", accepts=frozenset({"int"})),
+        "fmod": _division("fmod", "%"),
+        "remainder": _division("kg_remainder_fp", "kg_remainder_int"),
+        "floor_divide": _division("kg_floordiv_fp", "kg_floordiv_int"),
+    }
+
+
+__all__ = ["COMPUTE", "STORAGE", "CStyleRenderer", "CppOp", "CppRenderer", "convert_value", "is_float", "literal"]
