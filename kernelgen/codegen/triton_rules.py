@@ -136,6 +136,41 @@ def _named(lines: Lines, name: str) -> Lines:
     return lines[:-1] + [f"{name} = {lines[-1]}"]
 
 
+# atan(u) = u + u^3 P(u^2) on |u| <= tan(pi/8): P fitted by least squares on Chebyshev nodes against mpmath's atan
+# (relative error 2.2e-16 in float64, so one polynomial serves float32 and float64)
+_ATAN_P = (-0.33333333333330045, 0.1999999999907035, -0.14285714194068053, 0.11111106614679571, -0.09090781680011496,
+           0.07690059869168361, -0.06641060951766276, 0.05692278600125354, -0.04358472545666657, 0.02125353380245026)
+
+
+def _atan(x: str, t: str) -> Lines:
+    """atan: |x| > 1 folds to pi/2 - atan(1/|x|), above tan(pi/8) to pi/4 + atan((s - 1) / (s + 1)), then the
+    polynomial; odd, NaN stays NaN, +-inf gives +-pi/2."""
+    horner = [f"{t}p = {_ATAN_P[-1]} * {t}z + {_ATAN_P[-2]}"]
+    horner += [f"{t}p = {t}p * {t}z + {c}" for c in reversed(_ATAN_P[:-2])]
+    return [f"{t}a = tl.abs({x})", f"{t}inv = {t}a > 1.0", f"{t}s = tl.where({t}inv, 1.0 / {t}a, {t}a)",
+            f"{t}hi = {t}s > 0.41421356237309503", f"{t}u = tl.where({t}hi, ({t}s - 1.0) / ({t}s + 1.0), {t}s)",
+            f"{t}z = {t}u * {t}u", *horner,
+            f"{t}r = {t}u + {t}u * {t}z * {t}p",  # pi/4 is added to the tensor (tl.where of two floats is float32)
+            f"{t}r = tl.where({t}hi, {t}r + 0.7853981633974483, {t}r)",
+            f"{t}r = tl.where({t}inv, 1.5707963267948966 - {t}r, {t}r)", f"tl.where({x} < 0, -{t}r, {t}r)"]
+
+
+def atan(em: Any, i: int, n: Node, a: str) -> Lines:
+    return _atan(a, f"t{i}")
+
+
+def asin(em: Any, i: int, n: Node, a: str) -> Lines:
+    """2 atan(x / (1 + sqrt(1 - x^2))): the argument stays in [-1, 1]; (1 - |x|)(1 + |x|) keeps 1 - x^2 exact
+    near 1; |x| > 1 takes the square root of a negative: NaN."""
+    return [f"m{i} = tl.abs({a})", f"v{i}_ = {a} / (1.0 + tl.sqrt((1.0 - m{i}) * (1.0 + m{i})))",
+            *_named(_atan(f"v{i}_", f"t{i}"), f"r{i}"), f"2.0 * r{i}"]
+
+
+def acos(em: Any, i: int, n: Node, a: str) -> Lines:
+    """2 atan(sqrt((1 - x) / (1 + x))): pi at -1, 0 at 1, NaN outside [-1, 1]."""
+    return [f"v{i}_ = tl.sqrt((1.0 - {a}) / (1.0 + {a}))", *_named(_atan(f"v{i}_", f"t{i}"), f"r{i}"), f"2.0 * r{i}"]
+
+
 def expm1(em: Any, i: int, n: Node, a: str) -> Lines:
     return _expm1(a, f"t{i}")
 
@@ -286,5 +321,5 @@ def refuse(reason: str) -> Any:
     return render
 
 
-__all__ = ["acosh", "asinh", "atanh", "tanh_", "bitwise", "cast", "classify", "cosh", "expm1", "floor_divide", "fmod", "gelu",
+__all__ = ["acos", "acosh", "asin", "asinh", "atan", "atanh", "tanh_", "bitwise", "cast", "classify", "cosh", "expm1", "floor_divide", "fmod", "gelu",
            "log1p", "pow_", "refuse", "remainder", "rounding", "shift", "sign", "sinh"]

@@ -307,3 +307,18 @@ def test_a_python_scalar_takes_the_dtype_of_the_op_that_uses_it():
     for got, want in zip(compiled(u8), fn(u8)):
         assert got.dtype == want.dtype
         torch.testing.assert_close(got, want, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("op", ["expm1", "log1p", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "atan", "asin",
+                                "acos", "log10", "tan"])
+def test_written_out_math_is_accurate_over_every_magnitude(op, dtype):
+    # the formulas from core tl functions (Kahan's expm1/log1p, the fitted atan...) against eager on a dense grid
+    mags = torch.logspace(-30 if dtype == torch.float32 else -200, 2, 400, dtype=torch.float64)
+    grid = torch.cat([mags, -mags, torch.linspace(-1, 1, 201, dtype=torch.float64),
+                      1 + torch.logspace(-12, 1, 50, dtype=torch.float64)]).to(dtype).to(DEVICE)
+    fn = getattr(torch, op)
+    compiled = kernelgen.compile(lambda x: fn(x), backend="triton")
+    got = compiled(grid)
+    assert compiled.explain(grid)["implementation"] == "pointwise"
+    assert_like_eager(got, fn(grid), fn(grid.double()).to(dtype) if dtype != torch.float64 else None, f"{op} on {dtype}")
