@@ -55,7 +55,6 @@ def _where(em: "ExprEmitter", i: int, n: Node) -> list[str]:
     return [f"tl.where({em.as_bool(n.inputs[0])}, {em.arg(n.inputs[1], dt)}, {em.arg(n.inputs[2], dt)})"]
 
 
-_NO_ATAN2 = "core triton.language has no atan2 (libdevice does not run in the interpreter) and no rule writes it out"
 
 
 class TritonRenderer(Renderer):
@@ -92,8 +91,7 @@ class TritonRenderer(Renderer):
         "atanh": OpRule(rules.atanh, accepts=REAL),
         "asin": OpRule(rules.asin, accepts=REAL), "acos": OpRule(rules.acos, accepts=REAL),
         "atan": OpRule(rules.atan, accepts=REAL),
-        # atan2's signed-zero and infinity quadrants are not written out yet: eager runs it
-        "atan2": OpRule(rules.refuse(_NO_ATAN2), accepts=frozenset()),
+        "atan2": OpRule(rules.atan2, accepts=REAL),
         **{op: OpRule(rules.rounding(op), accepts=NUMBER) for op in ("floor", "ceil", "trunc", "round")},
         "sign": OpRule(rules.sign),
         "isnan": OpRule(rules.classify("{x} != {x}", "False"), operand="input"),

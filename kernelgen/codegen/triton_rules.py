@@ -159,6 +159,18 @@ def atan(em: Any, i: int, n: Node, a: str) -> Lines:
     return _atan(a, f"t{i}")
 
 
+def atan2(em: Any, i: int, n: Node, y: str, x: str) -> Lines:
+    """C's atan2 from atan(|y| / |x|): 0/0 is 0 and inf/inf is 1 (so +-0 and +-inf pairs land on the multiples
+    of pi/4 C gives), then x's sign bit (-0.0 included) reflects to pi - r and y's sign bit negates; NaN stays."""
+    bits = "tl.int64" if n.spec.dtype == "float64" else "tl.int32"
+    return [f"ay{i} = tl.abs({y})", f"ax{i} = tl.abs({x})",
+            f"q{i} = tl.where({and_(f'ay{i} == 0', f'ax{i} == 0')}, 0.0, "
+            f"tl.where({and_(f'ay{i} == {INF}', f'ax{i} == {INF}')}, 1.0, ay{i} / ax{i}))",
+            *_named(_atan(f"q{i}", f"t{i}"), f"r{i}"),
+            f"r{i} = tl.where({x}.to({bits}, bitcast=True) < 0, 3.141592653589793 - r{i}, r{i})",
+            f"tl.where({y}.to({bits}, bitcast=True) < 0, -r{i}, r{i})"]
+
+
 def asin(em: Any, i: int, n: Node, a: str) -> Lines:
     """2 atan(x / (1 + sqrt(1 - x^2))): the argument stays in [-1, 1]; (1 - |x|)(1 + |x|) keeps 1 - x^2 exact
     near 1; |x| > 1 takes the square root of a negative: NaN."""
@@ -321,5 +333,5 @@ def refuse(reason: str) -> Any:
     return render
 
 
-__all__ = ["acos", "acosh", "asin", "asinh", "atan", "atanh", "tanh_", "bitwise", "cast", "classify", "cosh", "expm1", "floor_divide", "fmod", "gelu",
+__all__ = ["acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "tanh_", "bitwise", "cast", "classify", "cosh", "expm1", "floor_divide", "fmod", "gelu",
            "log1p", "pow_", "refuse", "remainder", "rounding", "shift", "sign", "sinh"]

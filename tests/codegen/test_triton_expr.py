@@ -155,16 +155,22 @@ def test_every_ir_elementwise_op_has_a_triton_rule():
     assert not OPS & REFUSED
 
 
-@pytest.mark.parametrize("op", sorted(REFUSED))
-def test_a_refused_op_runs_eagerly_with_the_reason(op, caplog):
-    fn = eager_op(op, None)
-    inputs = inputs_for(op, torch.float32)
-    compiled = kernelgen.compile(fixed_arity(fn, len(inputs)), backend="triton")
+def test_a_refused_row_runs_eagerly_with_the_reason(monkeypatch, caplog):
+    # a row that accepts no dtype is how a backend leaves an op to eager (REFUSED lists them)
+    from kernelgen.codegen import triton_rules
+    from kernelgen.codegen.renderer import OpRule
+    from kernelgen.codegen.triton_renderer import TritonRenderer
+
+    table = dict(TritonRenderer.code_for_op)
+    table["sin"] = OpRule(triton_rules.refuse("no accurate formula here"), accepts=frozenset())
+    monkeypatch.setattr(TritonRenderer, "code_for_op", table)
+    inputs = inputs_for("sin", torch.float32)
+    compiled = kernelgen.compile(lambda x: torch.sin(x) + 1, backend="triton")
     with caplog.at_level("WARNING", logger="kernelgen"):
         got = compiled(*inputs)
     assert compiled.explain(*inputs)["implementation"] == "eager"
-    assert f"op {op!r}" in caplog.text
-    assert_like_eager(got, fn(*inputs), None, op)
+    assert "op 'sin'" in caplog.text
+    assert_like_eager(got, torch.sin(inputs[0]) + 1, None, "sin")
 
 
 def test_integer_pow_is_exact_and_wraps_like_eager():
@@ -322,3 +328,15 @@ def test_written_out_math_is_accurate_over_every_magnitude(op, dtype):
     got = compiled(grid)
     assert compiled.explain(grid)["implementation"] == "pointwise"
     assert_like_eager(got, fn(grid), fn(grid.double()).to(dtype) if dtype != torch.float64 else None, f"{op} on {dtype}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_atan2_is_accurate_in_every_quadrant(dtype):
+    v = torch.cat([torch.logspace(-20, 20, 30, dtype=torch.float64), torch.linspace(0.1, 3, 15, dtype=torch.float64)])
+    v = torch.cat([v, -v, torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan")], dtype=torch.float64)])
+    y, x = v.repeat_interleave(v.numel()).to(dtype).to(DEVICE), v.repeat(v.numel()).to(dtype).to(DEVICE)
+    compiled = kernelgen.compile(lambda a, b: torch.atan2(a, b), backend="triton")
+    got = compiled(y, x)
+    assert compiled.explain(y, x)["implementation"] == "pointwise"
+    assert_like_eager(got, torch.atan2(y, x), torch.atan2(y.double(), x.double()).to(dtype) if dtype != torch.float64
+                      else None, f"atan2 on {dtype}")
