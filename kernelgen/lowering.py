@@ -238,7 +238,7 @@ for _op in ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid
 for _alias, _op in {"negative": "neg", "absolute": "abs", "special_erf": "erf", "special_expm1": "expm1",
                     "special_log1p": "log1p", "special_exp2": "exp2", "arcsin": "asin", "arccos": "acos",
                     "arctan": "atan", "arcsinh": "asinh", "arccosh": "acosh", "arctanh": "atanh", "fix": "trunc",
-                    "sgn": "sign", "__invert__": "bitwise_not"}.items():
+                    "sgn": "sign", "__invert__": "bitwise_not", "special_expit": "sigmoid"}.items():
     _handles(_alias)(_unary(_op))
 
 

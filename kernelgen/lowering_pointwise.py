@@ -7,6 +7,7 @@ function or ATen op it lowers. Float-only activations of integer tensors are lef
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from kernelgen.errors import UnsupportedOpError
@@ -165,3 +166,132 @@ def _masked_fill(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> in
 
 
 __all__: list[str] = []
+
+
+def _selu_celu(name: str, b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    """eager's elu kernel: x <= 0 ? expm1(x * input_scale) * (alpha * scale) : x * scale."""
+    x = _x(args, kwargs, name, meta, where)
+    if name == "celu":
+        alpha = float(_arg(args, kwargs, 1, "alpha", 1.0))
+        scale, input_scale = 1.0, 1.0 / alpha
+    else:
+        alpha, scale, input_scale = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946, 1.0
+    z = b.elementwise("mul", (x, _const(b, input_scale, x))) if input_scale != 1 else x
+    negative = b.elementwise("mul", (b.elementwise("expm1", (z,)), _const(b, alpha * scale, x)))
+    positive = b.elementwise("mul", (x, _const(b, scale, x))) if scale != 1 else x
+    return b.elementwise("where", (b.elementwise("le", (x, _const(b, 0.0, x))), negative, positive))
+
+
+_handles("selu")(lambda *a: _selu_celu("selu", *a))
+_handles("celu")(lambda *a: _selu_celu("celu", *a))
+
+
+@_handles("softsign")
+def _softsign(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    x = _x(args, kwargs, "softsign", meta, where)  # F.softsign: x / (|x| + 1), the + 1 in x's dtype (int8 wraps)
+    return b.elementwise("div", (x, b.elementwise("add", (b.elementwise("abs", (x,)), b.scalar_or_node(1, x)))),
+                         meta.dtype)
+
+
+@_handles("tanhshrink")
+def _tanhshrink(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    x = _x(args, kwargs, "tanhshrink", meta, where)
+    return b.elementwise("sub", (x, b.elementwise("tanh", (x,))))
+
+
+@_handles("threshold", "_threshold")  # F.threshold is F._threshold
+def _threshold(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    """eager: x <= threshold ? value : x (so NaN passes through)."""
+    x = _x(args, kwargs, "threshold", meta, where)
+    th, value = _arg(args, kwargs, 1, "threshold"), _arg(args, kwargs, 2, "value")
+    if _is_node(th) or _is_node(value):
+        raise UnsupportedOpError(f"threshold with tensor bounds at `{where}`")
+    below = b.elementwise("le", (x, _const(b, th, x)))
+    return b.elementwise("where", (below, _const(b, value, x), x))
+
+
+def _scaled(name: str, factor: float) -> Any:
+    def handler(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+        x = _x(args, kwargs, name, meta, where)
+        return b.elementwise("mul", (x, _const(b, factor, x)))
+
+    return handler
+
+
+_handles("rad2deg")(_scaled("rad2deg", 180.0 / math.pi))
+_handles("deg2rad")(_scaled("deg2rad", math.pi / 180.0))
+
+
+@_handles("log_sigmoid", "logsigmoid")
+def _log_sigmoid(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    """eager: min(x, 0) - log1p(exp(-|x|)), stable for both signs."""
+    x = _x(args, kwargs, "log_sigmoid", meta, where)
+    tail = b.elementwise("log1p", (b.elementwise("exp", (b.elementwise("neg", (b.elementwise("abs", (x,)),)),)),))
+    return b.elementwise("sub", (b.elementwise("minimum", (x, _const(b, 0.0, x))), tail))
+
+
+@_handles("nan_to_num")
+def _nan_to_num(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    import torch
+
+    x = _arg(args, kwargs, 0, "input")
+    if not _is_node(x):
+        raise UnsupportedOpError(f"nan_to_num of a Python number at `{where}`")
+    x = int(x)
+    dtype = b.spec(x).dtype
+    if not (dtype.startswith("float") or dtype == "bfloat16"):
+        return x  # integers have no NaN or infinity
+    big = torch.finfo(getattr(torch, dtype)).max
+    nan, pos, neg = (_arg(args, kwargs, k, n) for k, n in ((1, "nan"), (2, "posinf"), (3, "neginf")))
+    fills = (0.0 if nan is None else nan, big if pos is None else pos, -big if neg is None else neg)
+    inf = b.const(math.inf, dtype)
+    out = b.elementwise("where", (b.elementwise("eq", (x, b.elementwise("neg", (inf,)))), b.const(fills[2], dtype), x))
+    out = b.elementwise("where", (b.elementwise("eq", (x, inf)), b.const(fills[1], dtype), out))
+    return b.elementwise("where", (b.elementwise("isnan", (x,)), b.const(fills[0], dtype), out))
+
+
+@_handles("xlogy", "special_xlogy")
+def _xlogy(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    """eager: NaN where y is NaN, else 0 where x == 0, else x * log(y)."""
+    x, y = _arg(args, kwargs, 0, "input"), _arg(args, kwargs, 1, "other")
+    if meta is None or not (_is_node(x) or _is_node(y)):
+        raise UnsupportedOpError(f"xlogy of Python numbers at `{where}`")
+    _float_result("xlogy", meta, where)
+    like = x if _is_node(x) else y
+    a, c = _cast_to(b, _operand(b, x, like), meta.dtype), _cast_to(b, _operand(b, y, like), meta.dtype)
+    value = b.elementwise("mul", (a, b.elementwise("log", (c,))))
+    value = b.elementwise("where", (b.elementwise("eq", (a, b.const(0.0, meta.dtype))), b.const(0.0, meta.dtype), value))
+    return b.elementwise("where", (b.elementwise("isnan", (c,)), b.const(math.nan, meta.dtype), value))
+
+
+def _fmax_fmin(op: str, b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    """maximum/minimum that ignore a NaN operand (NaN only when both are)."""
+    x, y = _arg(args, kwargs, 0, "input"), _arg(args, kwargs, 1, "other")
+    if meta is None or not (_is_node(x) and _is_node(y)):
+        raise UnsupportedOpError(f"fmax/fmin needs two tensors at `{where}`")
+    a, c = _cast_to(b, int(x), meta.dtype), _cast_to(b, int(y), meta.dtype)
+    value = b.elementwise(op, (a, c))
+    if not (meta.dtype.startswith("float") or meta.dtype == "bfloat16"):
+        return value
+    value = b.elementwise("where", (b.elementwise("isnan", (c,)), a, value))
+    return b.elementwise("where", (b.elementwise("isnan", (a,)), c, value))
+
+
+_handles("fmax")(lambda *a: _fmax_fmin("maximum", *a))
+_handles("fmin")(lambda *a: _fmax_fmin("minimum", *a))
+
+
+@_handles("heaviside")
+def _heaviside(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    """eager: values where x == 0, else x > 0 in x's dtype (NaN gives 0)."""
+    x, values = _arg(args, kwargs, 0, "input"), _arg(args, kwargs, 1, "values")
+    if meta is None or not (_is_node(x) and _is_node(values)):
+        raise UnsupportedOpError(f"heaviside needs two tensors at `{where}`")
+    x, values = _cast_to(b, int(x), meta.dtype), _cast_to(b, int(values), meta.dtype)
+    step = b.elementwise("cast", (b.elementwise("gt", (x, b.const(0, meta.dtype))),), meta.dtype)
+    return b.elementwise("where", (b.elementwise("eq", (x, b.const(0, meta.dtype))), values, step))
+
+
+@_handles("positive")
+def _positive(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    return int(args[0])

@@ -75,6 +75,10 @@ ACTIVATIONS = {
     "clamp_min": lambda x: torch.clamp_min(x, 0.5), "clamp_max": lambda x: torch.clamp_max(x, -0.5),
     "frac": lambda x: torch.frac(x), "sgn": lambda x: torch.sgn(x), "square": lambda x: torch.square(x),
     "expm1_log1p": lambda x: torch.expm1(x) + torch.log1p(x.abs()),
+    "selu": lambda x: F.selu(x), "celu": lambda x: F.celu(x, 0.7), "softsign": lambda x: F.softsign(x),
+    "tanhshrink": lambda x: F.tanhshrink(x), "threshold": lambda x: F.threshold(x, 0.5, -3.0),
+    "rad2deg": lambda x: torch.rad2deg(x) + torch.deg2rad(x), "logsigmoid": lambda x: F.logsigmoid(x),
+    "nan_to_num": lambda x: torch.nan_to_num(x) + torch.nan_to_num(x, 1.0, 2.0, -2.0),
 }
 
 
@@ -160,3 +164,12 @@ def test_logit_of_integers_clamps_in_float(backend):
 def test_hardtanh_of_integers_truncates_the_bounds(dtype, backend):
     x = _ints(dtype)
     _same(lambda a: (F.relu6(a), F.hardtanh(a, 2.5, 100.7)), x, backend=backend)
+
+
+@pytest.mark.parametrize("backend", list(_backends()))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_nan_aware_binaries_match_eager(dtype, backend):
+    x, y = _floats(dtype, seed=5), _floats(dtype, seed=6).flip(0)
+    y[::5] = 0.0
+    _same(lambda a, b: (torch.fmax(a, b), torch.fmin(a, b), torch.xlogy(a, b.abs()), torch.xlogy(b, a),
+                        torch.heaviside(a, b)), x, y, backend=backend)
