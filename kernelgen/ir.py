@@ -27,11 +27,20 @@ from kernelgen.values import TensorSpec, content_hash
 UNARY_OPS = frozenset({
     "neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "relu", "silu", "gelu",
     "reciprocal", "cast",
+    "expm1", "log1p", "log2", "log10", "exp2", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
+    "asinh", "acosh", "atanh", "floor", "ceil", "round", "trunc", "sign", "isnan", "isinf", "isfinite",
+    "logical_not", "bitwise_not",
 })
 BINARY_OPS = frozenset({
     "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
-    "logical_and", "logical_or",
+    "logical_and", "logical_or", "logical_xor", "atan2", "bitwise_and", "bitwise_or", "bitwise_xor",
+    "bitwise_left_shift", "bitwise_right_shift", "fmod", "remainder", "floor_divide",
 })
+"""Elementwise ops past the first line of each set are named after the torch function they compute (with its
+semantics: floor_divide and remainder round as Python does, shifts past the width give 0 or the sign)."""
+PREDICATE_OPS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
+                           "logical_not", "isnan", "isinf", "isfinite"})
+"""Elementwise ops whose result is bool whatever their inputs."""
 ELEMENTWISE_OPS = UNARY_OPS | BINARY_OPS | {"where", "const"}
 REDUCTION_OPS = frozenset({"sum", "max", "min"})
 VIEW_OPS = frozenset({"reshape", "transpose"})  # reshape only adds/drops size-1 dims; transpose swaps the last two
@@ -183,7 +192,7 @@ class _Builder:
         specs = [self.spec(i) for i in inputs]
         shape = broadcast_shapes(*(s.shape for s in specs))
         if dtype is None:
-            if op in ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or"):
+            if op in PREDICATE_OPS:
                 dtype = "bool"
             else:
                 dtype = max((s.dtype for s in specs if not (op == "where" and s is specs[0])),
@@ -252,4 +261,4 @@ def _prune(graph: Graph) -> Graph:
     return Graph(tuple(nodes), tuple(remap[i] for i in graph.outputs))
 
 
-__all__ = ["Graph", "Node", "OPS", "ELEMENTWISE_OPS", "REDUCTION_OPS", "broadcast_shapes", "trace"]
+__all__ = ["Graph", "Node", "OPS", "ELEMENTWISE_OPS", "PREDICATE_OPS", "REDUCTION_OPS", "broadcast_shapes", "trace"]

@@ -41,7 +41,10 @@ def _canonical_name(kind: str, target: Any) -> str:
         special = {operator.add: "add", operator.sub: "sub", operator.mul: "mul", operator.truediv: "div",
                    operator.neg: "neg", operator.pow: "pow", operator.matmul: "matmul", operator.gt: "gt",
                    operator.ge: "ge", operator.lt: "lt", operator.le: "le", operator.eq: "eq", operator.ne: "ne",
-                   operator.and_: "logical_and", operator.or_: "logical_or", abs: "abs",
+                   operator.and_: "bitwise_and", operator.or_: "bitwise_or", operator.xor: "bitwise_xor",
+                   operator.invert: "bitwise_not", operator.lshift: "bitwise_left_shift",
+                   operator.rshift: "bitwise_right_shift", operator.floordiv: "floor_divide",
+                   operator.mod: "remainder", abs: "abs",
                    operator.abs: "abs", getattr: "getattr"}
         if target in special:
             return special[target]
@@ -134,13 +137,6 @@ def _last_dim(b: Any, x: int, dim: Any, where: str) -> None:
                                  "is supported: transpose outside the compiled function")
 
 
-def _finish_reduction(b: Any, value: int, keepdim: bool) -> int:
-    if keepdim:
-        return value
-    spec = b.spec(value)
-    return b.add("reshape", (value,), TensorSpec(spec.shape[:-1], spec.dtype))
-
-
 # -------------------------------------------------------------------------------------- elementwise
 
 def _binary(op: str) -> Handler:
@@ -149,8 +145,11 @@ def _binary(op: str) -> Handler:
         if not _is_node(x) and not _is_node(y):
             raise UnsupportedOpError(f"{op} of two Python numbers at `{where}`")
         if op == "div" and kwargs.get("rounding_mode") is not None:
-            raise UnsupportedOpError(f"div(rounding_mode={kwargs['rounding_mode']!r}) at `{where}`; only true division "
-                                     "is lowered")
+            return _rounded_div(b, x, y, kwargs["rounding_mode"], meta, where)
+        if op in _DIVISIONS and meta is not None and not _is_float_dtype(meta.dtype) and _is_node(y):
+            raise UnsupportedOpError(f"integer {op} by a tensor at `{where}`: eager raises ZeroDivisionError for a "
+                                     "zero divisor, which a kernel cannot, so this graph runs eagerly (divide by a "
+                                     "number)")
         if op == "pow" and _is_node(x) and isinstance(y, int) and y < 0 and not _is_float_dtype(b.spec(int(x)).dtype):
             raise UnsupportedOpError(f"integer tensor to the negative power {y} at `{where}` (eager raises for it)")
         like = x if _is_node(x) else y
@@ -168,9 +167,31 @@ for _op, _names in {
     "add": ("add", "__add__", "__radd__"), "sub": ("sub", "subtract", "__sub__"), "mul": ("mul", "multiply"),
     "div": ("div", "divide", "true_divide"), "pow": ("pow",), "maximum": ("maximum",), "minimum": ("minimum",),
     "eq": ("eq",), "ne": ("ne",), "lt": ("lt",), "le": ("le",), "gt": ("gt",), "ge": ("ge",),
-    "logical_and": ("logical_and",), "logical_or": ("logical_or",),
+    "logical_and": ("logical_and",), "logical_or": ("logical_or",), "logical_xor": ("logical_xor",),
+    "atan2": ("atan2", "arctan2"), "bitwise_and": ("bitwise_and", "__and__"), "bitwise_or": ("bitwise_or", "__or__"),
+    "bitwise_xor": ("bitwise_xor", "__xor__"), "bitwise_left_shift": ("bitwise_left_shift", "__lshift__"),
+    "bitwise_right_shift": ("bitwise_right_shift", "__rshift__"), "fmod": ("fmod",),
+    "remainder": ("remainder", "__mod__"), "floor_divide": ("floor_divide", "__floordiv__"),
 }.items():
     _handles(*_names)(_binary(_op))
+
+_DIVISIONS = frozenset({"floor_divide", "remainder", "fmod"})
+
+
+def _rounded_div(b: Any, x: Any, y: Any, mode: str, meta: Any, where: str) -> int:
+    """div(rounding_mode=...): "floor" is floor_divide; "trunc" truncates the true quotient of floats, and of
+    integers is floor_divide of a - fmod(a, b), an exact multiple of b (no overflow: it moves toward zero)."""
+    if mode not in ("floor", "trunc"):
+        raise UnsupportedOpError(f"div(rounding_mode={mode!r}) at `{where}`; use None, 'trunc' or 'floor'")
+    if mode == "floor":
+        return _binary("floor_divide")(b, (x, y), {}, meta, where)
+    if meta is not None and _is_float_dtype(meta.dtype):
+        quotient = _binary("div")(b, (x, y), {}, meta, where)
+        if meta.dtype in ("float16", "bfloat16"):  # eager truncates the quotient rounded to the dtype (17.96 -> 18)
+            quotient = b.elementwise("cast", (quotient,), meta.dtype)
+        return b.elementwise("trunc", (quotient,), meta.dtype)
+    exact = _binary("sub")(b, (x, _ref(_binary("fmod")(b, (x, y), {}, meta, where))), {}, meta, where)
+    return _binary("floor_divide")(b, (_ref(exact), y), {}, meta, where)
 
 
 @_handles("rsub")
@@ -186,7 +207,9 @@ def _float_result(name: str, meta: Any, where: str) -> None:
                                  "decides (it raises for integer inputs)")
 
 
-_FLOAT_MATH = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "silu", "gelu", "reciprocal"})
+_FLOAT_MATH = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "silu", "gelu", "reciprocal",
+                         "expm1", "log1p", "log2", "log10", "exp2", "sin", "cos", "tan", "asin", "acos", "atan", "sinh",
+                         "cosh", "asinh", "acosh", "atanh"})
 
 
 def _unary(op: str, **attrs: Any) -> Handler:
@@ -197,15 +220,33 @@ def _unary(op: str, **attrs: Any) -> Handler:
         if op in _FLOAT_MATH:
             _float_result(op, meta, where)
         dtype = meta.dtype if meta is not None else None
-        return b.elementwise(op, (int(x),), dtype, **attrs)
+        x = int(x)
+        if op in ("isnan", "isinf", "isfinite") and b.spec(x).dtype in ("float16", "bfloat16") \
+                and b.nodes[x].op not in ("input", "const"):
+            # the IR holds a float16 intermediate unrounded; eager tests the stored value (exp(12) is inf in float16)
+            x = b.elementwise("cast", (x,), b.spec(x).dtype)
+        return b.elementwise(op, (x,), dtype, **attrs)
 
     return handler
 
 
-for _op in ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "relu", "silu", "reciprocal"):
+for _op in ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "relu", "silu", "reciprocal",
+            "expm1", "log1p", "log2", "log10", "exp2", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
+            "asinh", "acosh", "atanh", "floor", "ceil", "trunc", "sign", "isnan", "isinf", "isfinite", "logical_not",
+            "bitwise_not"):
     _handles(_op)(_unary(_op))
-_handles("negative")(_unary("neg"))
-_handles("special_erf")(_unary("erf"))
+for _alias, _op in {"negative": "neg", "absolute": "abs", "special_erf": "erf", "special_expm1": "expm1",
+                    "special_log1p": "log1p", "special_exp2": "exp2", "arcsin": "asin", "arccos": "acos",
+                    "arctan": "atan", "arcsinh": "asinh", "arccosh": "acosh", "arctanh": "atanh", "fix": "trunc",
+                    "sgn": "sign", "__invert__": "bitwise_not", "special_expit": "sigmoid"}.items():
+    _handles(_alias)(_unary(_op))
+
+
+@_handles("round")
+def _round(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    if kwargs.get("decimals", 0) != 0:
+        raise UnsupportedOpError(f"round(decimals={kwargs['decimals']}) at `{where}`; only decimals=0 is lowered")
+    return _unary("round")(b, args[:1], {}, meta, where)
 
 
 @_handles("gelu")
@@ -277,14 +318,18 @@ def _reduction(kind: str) -> Handler:
     def handler(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
         x = int(args[0])
         dim = _arg(args, kwargs, 1, "dim", None)
-        if dim is None or isinstance(dim, bool):  # std(x, True): the overload whose 2nd argument is `unbiased`
-            raise UnsupportedOpError(f"{kind} over all dimensions at `{where}`; reduce with dim=-1")
-        _last_dim(b, x, dim, where)
-        keepdim = bool(_arg(args, kwargs, 2, "keepdim", False))
+        if isinstance(dim, bool):  # std(x, True): the overload whose 2nd argument is `unbiased`
+            raise UnsupportedOpError(f"{kind}(x, {dim}) over all dimensions at `{where}`; reduce with dim=-1")
+        dims = _reduced_dims(b, x, dim, kind, where)
+        keepdim = bool(_arg(args, kwargs, 3 if kind in ("var", "std") else 2, "keepdim", False))
         n = b.spec(x).shape[-1]
         if kind in ("mean", "logsumexp", "var", "std"):
             _float_result(kind, meta, where)
-        if kind == "sum":  # eager accumulates in the result dtype: int8/bool sums in int64, dtype= before summing
+        if b.spec(x).rank - 1 not in dims:  # only size-1 dims are reduced: each value is its own sum, max, mean
+            if kind in ("var", "std"):  # of one element: 0 or NaN by the correction
+                raise UnsupportedOpError(f"{kind} over size-1 dims {sorted(dims)} at `{where}`; reduce with dim=-1")
+            value = _cast_to(b, x, meta.dtype) if meta is not None else x
+        elif kind == "sum":  # eager accumulates in the result dtype: int8/bool sums in int64, dtype= before summing
             value = b.reduce("sum", _cast_to(b, x, meta.dtype) if meta is not None else x)
         elif kind == "mean":
             value = b.elementwise("mul", (b.reduce("sum", x), b.scalar_or_node(1.0 / n, x)))
@@ -299,16 +344,40 @@ def _reduction(kind: str) -> Handler:
             correction = kwargs.get("correction")
             if correction is None:
                 correction = 1 if _arg(args, kwargs, 2, "unbiased", True) else 0
-            keepdim = bool(_arg(args, kwargs, 3, "keepdim", False))
             value = _variance(b, x, correction)
             if kind == "std":
                 value = b.elementwise("sqrt", (value,))
         if meta is not None:
             value = _cast_to(b, value, meta.dtype)
-        result = _finish_reduction(b, value, keepdim)
+        shape = b.spec(x).shape
+        final = tuple(1 if d in dims else size for d, size in enumerate(shape)) if keepdim else \
+            tuple(size for d, size in enumerate(shape) if d not in dims)
+        result = value if b.spec(value).shape == final else \
+            b.add("reshape", (value,), TensorSpec(final, b.spec(value).dtype))  # drops or keeps size-1 dims only
         return (_ref(result), None) if kind in ("max", "min") else result
 
     return handler
+
+
+def _reduced_dims(b: Any, x: int, dim: Any, kind: str, where: str) -> frozenset[int]:
+    """The dims a reduction runs over (``dim=None`` or ``[]``: all), when the templates' last-dim reductions
+    cover it: every reduced dim but the last has size 1 (a full reduction of a row, ``sum(1)`` of [n, 1]).
+    Reductions over other dims raise ``UnsupportedOpError`` (a middle dim of a contiguous input is no
+    last-dim view, and the templates reduce rows)."""
+    shape = b.spec(x).shape
+    rank = len(shape)
+    if rank == 0:
+        raise UnsupportedOpError(f"reduction of a 0-d tensor at `{where}`; reductions run over a last dimension")
+    dims = dim if isinstance(dim, (tuple, list)) else ((dim,) if dim is not None else ())
+    reduced = frozenset(d % rank for d in dims) if dims else frozenset(range(rank))
+    wide = sorted(d for d in reduced if shape[d] != 1 and d != rank - 1)
+    if wide:
+        over = "all dimensions" if dim is None else f"dim={dim}"
+        raise UnsupportedOpError(f"{kind} over {over} at `{where}`; only the last dimension (dim=-1) and size-1 dims "
+                                 "are reduced inside a compiled function: transpose outside it")
+    if shape[-1] == 0 and rank - 1 in reduced:  # eager: sum 0, mean nan, amax an error; kernels reduce non-empty rows
+        raise UnsupportedOpError(f"reduction over an empty last dimension at `{where}`")
+    return reduced
 
 
 for _kind in ("sum", "mean", "amax", "amin", "logsumexp", "var", "std"):
@@ -514,6 +583,9 @@ def _size(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> Any:
     spec = b.spec(int(args[0]))
     dim = _arg(args, kwargs, 1, "dim")
     return spec.shape if dim is None else spec.shape[dim]
+
+
+from kernelgen import lowering_pointwise  # noqa: E402,F401  (registers the composite pointwise handlers)
 
 
 def op_name(target: Any) -> str:

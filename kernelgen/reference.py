@@ -14,6 +14,11 @@ from typing import Any
 from kernelgen.errors import KernelgenError
 from kernelgen.ir import Graph, Node
 
+TORCH_NAMED_OPS = ("expm1", "log1p", "log2", "log10", "exp2", "sin", "cos", "tan", "asin", "acos", "atan", "sinh",
+                   "cosh", "asinh", "acosh", "atanh", "floor", "ceil", "round", "trunc", "sign", "isnan", "isinf",
+                   "isfinite", "logical_not", "bitwise_not", "logical_xor", "atan2", "bitwise_and", "bitwise_or",
+                   "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift", "fmod", "remainder", "floor_divide")
+
 
 def _compute_dtype(torch: Any, dtype: Any) -> Any:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
@@ -33,6 +38,8 @@ def _ops(torch: Any) -> dict[str, Callable[..., Any]]:
         "maximum": torch.maximum, "minimum": torch.minimum, "eq": torch.eq, "ne": torch.ne, "lt": torch.lt,
         "le": torch.le, "gt": torch.gt, "ge": torch.ge, "logical_and": torch.logical_and,
         "logical_or": torch.logical_or, "where": torch.where,
+        # the IR's other elementwise ops are named after the torch function they compute
+        **{op: getattr(torch, op) for op in TORCH_NAMED_OPS},
     }
 
 

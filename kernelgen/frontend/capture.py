@@ -200,7 +200,10 @@ def refuse_observable_mutation(fx_graph: Any, name: str) -> dict[Any, tuple[Any,
         if node.op not in ("call_function", "call_method"):
             continue
         op = _op_name(node)
-        mutates = (op.endswith("_") and not op.endswith("__")) or op in _INPLACE_OPERATORS or op == "setitem" \
+        # operator.and_ / or_ (`a & b`) are named like in-place methods but return a new tensor
+        out_of_place = node.op == "call_function" and node.target in (operator.and_, operator.or_)
+        mutates = (op.endswith("_") and not op.endswith("__") and not out_of_place) or op in _INPLACE_OPERATORS \
+            or op == "setitem" \
             or node.kwargs.get("inplace") is True or "out" in node.kwargs
         if mutates:
             target = node.args[0] if node.args else None

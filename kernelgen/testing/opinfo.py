@@ -285,10 +285,17 @@ def _compare_grads(got: Any, want: Any, inputs: list[torch.Tensor], eager_inputs
         return "output carries no gradient (eager's has a grad_fn): autograd dropped"
     leaves = [i for i, t in enumerate(inputs) if t.requires_grad]
     try:
-        g_got = torch.autograd.grad(sum(g.sum() for g in gots), [inputs[i] for i in leaves], allow_unused=True)
         g_want = torch.autograd.grad(sum(w.sum() for w in wants), [eager_inputs[i] for i in leaves], allow_unused=True)
+    except RuntimeError as exc:  # eager has no derivative (floor_divide): the kernel's backward must refuse too
+        eager_error: RuntimeError | None = exc
+    else:
+        eager_error = None
+    try:
+        g_got = torch.autograd.grad(sum(g.sum() for g in gots), [inputs[i] for i in leaves], allow_unused=True)
     except RuntimeError as exc:
-        return f"backward raised RuntimeError: {' '.join(str(exc).split())[:200]}"
+        return "" if eager_error is not None else f"backward raised RuntimeError: {' '.join(str(exc).split())[:200]}"
+    if eager_error is not None:
+        return f"backward ran where eager's raised: {' '.join(str(eager_error).split())[:200]}"
     return _compare([g if g is not None else torch.zeros(0) for g in g_got],
                     [w if w is not None else torch.zeros(0) for w in g_want])
 
