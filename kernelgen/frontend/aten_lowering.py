@@ -140,6 +140,23 @@ def _native_layer_norm(b: Any, args: tuple, kwargs: dict, meta: Any, where: str)
     return (_ref(y), _ref(mean), _ref(rstd))
 
 
+@_handles("aten.var_mean")
+def _var_mean(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> tuple:
+    """(var, mean) over the last dim (Inductor's layer_norm decomposition), with ``correction`` as in var."""
+    x = int(args[0])
+    dim = _arg(args, kwargs, 1, "dim")
+    lowering._last_dim(b, x, dim if dim is not None else [], where)
+    if not lowering._is_float_dtype(b.spec(x).dtype):
+        raise UnsupportedOpError(f"var_mean of {b.spec(x).dtype} at `{where}` is float math; eager decides")
+    correction = kwargs.get("correction")
+    correction = 1 if correction is None else correction
+    n = b.spec(x).shape[-1]
+    mean = b.elementwise("mul", (b.reduce("sum", x), b.scalar_or_node(1.0 / n, x)))
+    var = lowering._variance(b, x, correction)
+    keepdim = bool(kwargs.get("keepdim", False))
+    return (_ref(lowering._finish_reduction(b, var, keepdim)), _ref(lowering._finish_reduction(b, mean, keepdim)))
+
+
 @_handles("aten.mean")
 def _mean(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     return lowering._HANDLERS["mean"](b, args[:2], {"keepdim": _arg(args, kwargs, 2, "keepdim", False)}, meta, where)
