@@ -9,6 +9,7 @@ returns three values), an aten-only handler is registered here under ``aten.<pac
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from kernelgen import lowering
@@ -155,6 +156,22 @@ def _var_mean(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> tuple
     var = lowering._variance(b, x, correction)
     keepdim = bool(kwargs.get("keepdim", False))
     return (_ref(lowering._finish_reduction(b, var, keepdim)), _ref(lowering._finish_reduction(b, mean, keepdim)))
+
+
+@_handles("aten._scaled_dot_product_flash_attention_for_cpu", "aten._scaled_dot_product_flash_attention")
+def _sdpa_flash(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> tuple:
+    """SDPA as the CPU/GPU flash op: (out, logsumexp, ...). Only ``out`` lowers (an inference graph); a graph
+    that reads the logsumexp (for the backward) keeps the op in ATen."""
+    q, k, v = (int(a) for a in args[:3])
+    dropout = _arg(args, kwargs, 3, "dropout_p", 0.0)
+    if dropout or kwargs.get("attn_mask") is not None or kwargs.get("return_debug_mask"):
+        raise UnsupportedOpError(f"attention with dropout or a mask at `{where}`")
+    causal = bool(_arg(args, kwargs, 4, "is_causal", False))
+    scale = kwargs.get("scale")
+    scale = float(scale) if scale is not None else 1.0 / math.sqrt(b.spec(q).shape[-1])
+    spec = TensorSpec(b.spec(q).shape[:-1] + b.spec(v).shape[-1:], b.spec(q).dtype)
+    out = b.add("attention", (q, k, v), spec, causal=causal, scale=scale)
+    return (_ref(out),) + (None,) * 8  # the getitem rule refuses the statistics
 
 
 @_handles("aten.mean")
