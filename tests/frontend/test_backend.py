@@ -220,3 +220,15 @@ def test_inference_attention_is_one_attention_region():
         got = torch.compile(fn, backend="kernelgen")(q, k, v)
     torch.testing.assert_close(got, fn(q, k, v))
     assert dict(graphs[0].templates) == {"attention": 1} and graphs[0].runs == {"kernel": 1}
+
+
+def test_relu_backward_constant_is_read_by_the_region_kernel():
+    # relu's backward is where(mask, scalar_tensor(0), grad): the constant stays ATen, the region still runs
+    # its kernel (with the constant inside the region, the region's retrace failed and it ran eagerly)
+    x = torch.randn(4, 8, requires_grad=True)
+    with dynamo_backend.collect() as graphs:
+        out = torch.compile(lambda x: torch.relu(x) * 2, backend="kernelgen")(x)
+        out.backward(torch.ones_like(out))
+    torch.testing.assert_close(x.grad, (x > 0).float() * 2)
+    assert [s.name for s in graphs] == ["forward", "backward"]
+    assert all(s.runs.get("eager", 0) == 0 and s.runs.get("kernel", 0) == s.regions > 0 for s in graphs)
