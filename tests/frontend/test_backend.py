@@ -103,17 +103,18 @@ def test_fullgraph_with_tensor_attribute_reads_and_python_scalars():
     assert graphs[0].regions == 1 and graphs[0].coverage == 1.0
 
 
-def test_dynamic_shapes_run_aten_with_a_reason():
+def test_dynamic_shapes_run_aten_with_a_reason(caplog):
     def fn(x):
         return torch.sigmoid(x) * x
 
     compiled = torch.compile(fn, backend="kernelgen", dynamic=True)
-    with dynamo_backend.collect() as graphs:
+    with dynamo_backend.collect() as graphs, caplog.at_level("WARNING", logger="kernelgen"):
         for n in (3, 5):
             x = torch.randn(n, 8)
             torch.testing.assert_close(compiled(x), fn(x))
     assert graphs and graphs[0].regions == 0
     assert any("static-shape" in reason for reason in graphs[0].left.values())
+    assert "dynamic=False" in caplog.text
 
 
 def test_unknown_option_is_a_kernelgen_error():
