@@ -97,7 +97,9 @@ def compile_graph(gm: Any, name: str = "graph", backend: str = "auto") -> GraphS
 
     from kernelgen.frontend.partition import is_view, partition
     from kernelgen.frontend.region_op import install
+    from kernelgen.frontend.sink_views import sink_views
 
+    sink_views(gm)  # a Linear's epilogue on [B, T, N] then reads the GEMM's [B*T, N] output directly
     found = partition(gm)
     record = GraphStats(name)
     if any(isinstance(n.meta.get("val"), torch.SymInt) or

@@ -179,3 +179,16 @@ def test_gpt_block_attention_shapes_partition_and_run_like_aten():
     record = compile_graph(gm, "test")
     assert record.regions >= 2
     torch.testing.assert_close(gm(q, k, v, mask), want)
+
+
+def test_linear_on_a_3d_input_fuses_its_epilogue_through_the_reshape():
+    # addmm works on [B*T, C]; the gelu and residual read view(addmm, [B, T, N]): the view moves below them
+    def fn(x, w, b):
+        return x + F.gelu(F.linear(x, w, b))
+
+    inputs = (torch.randn(2, 3, 8), torch.randn(8, 8), torch.randn(8))
+    gm = aten_graph(fn, *inputs)
+    want = gm(*inputs)
+    record = compile_graph(gm, "test")
+    assert dict(record.templates) == {"gemm": 1} and record.fused_ops == record.aten_ops
+    torch.testing.assert_close(gm(*inputs), want)
