@@ -233,3 +233,22 @@ def test_relu_backward_constant_is_read_by_the_region_kernel():
     torch.testing.assert_close(x.grad, (x > 0).float() * 2)
     assert [s.name for s in graphs] == ["forward", "backward"]
     assert all(s.runs.get("eager", 0) == 0 and s.runs.get("kernel", 0) == s.regions > 0 for s in graphs)
+
+
+def test_tune_option_tunes_each_region_and_records_it(tmp_path):
+    from kernelgen.frontend.region_op import _REGIONS
+
+    db = f"sqlite:///{tmp_path / 'tune.sqlite'}"
+    fn = lambda x: torch.sigmoid(x) * x  # noqa: E731
+    x = torch.randn(8, 32)
+    with dynamo_backend.collect() as graphs:
+        got = torch.compile(fn, backend="kernelgen", options={"tune": "auto", "trials": 2, "db": db})(x)
+    torch.testing.assert_close(got, fn(x))
+    kernel, = [k for k in _REGIONS.values() if k.counters is graphs[0].runs]
+    assert kernel.compiled.explain(x)["source"] == "tuned"
+    # a second compile of the same model finds the record in the database
+    torch._dynamo.reset()
+    with dynamo_backend.collect() as again:
+        torch.compile(fn, backend="kernelgen", options={"db": db})(x)
+    kernel, = [k for k in _REGIONS.values() if k.counters is again[0].runs]
+    assert kernel.compiled.explain(x)["source"] == "db"
