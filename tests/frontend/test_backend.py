@@ -252,3 +252,20 @@ def test_tune_option_tunes_each_region_and_records_it(tmp_path):
         torch.compile(fn, backend="kernelgen", options={"db": db})(x)
     kernel, = [k for k in _REGIONS.values() if k.counters is again[0].runs]
     assert kernel.compiled.explain(x)["source"] == "db"
+
+
+def test_registry_custom_calls_compete_for_regions():
+    # registry/rms_norm replaces this plain-torch pattern; the region the backend makes of it is offered the
+    # hand-written kernel beside the generated reduction, as kernelgen.compile offers it
+    from kernelgen.frontend.region_op import _REGIONS
+    from kernelgen.implementation import implementations_for
+
+    def rms_norm(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+    x, w = torch.randn(4, 64), torch.randn(64)
+    with dynamo_backend.collect() as graphs:
+        torch.testing.assert_close(torch.compile(rms_norm, backend="kernelgen")(x, w), rms_norm(x, w))
+    kernel, = [k for k in _REGIONS.values() if k.counters is graphs[0].runs]
+    names = [impl.name for impl in implementations_for(kernel.graph, "cpp")]
+    assert names[0] == "reduction" and "custom:rms_norm/cpp" in names
