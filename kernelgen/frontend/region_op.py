@@ -121,11 +121,10 @@ def _define() -> Any:
     def backward(ctx: Any, grads: list) -> tuple:
         # The region's ATen nodes replayed under autograd: eager's gradients by construction.
         inputs = ctx.saved_tensors
-        wanted = [x.requires_grad or (x.is_floating_point() and need)
-                  for x, need in zip(inputs, ctx.needs_input_grad[1] if isinstance(ctx.needs_input_grad[1], (list, tuple))
-                                     else [ctx.needs_input_grad[1]] * len(inputs))]
+        needs = ctx.needs_input_grad[1]  # per tensor of the list, or one flag for all of it
+        needs = list(needs) if isinstance(needs, (list, tuple)) else [bool(needs)] * len(inputs)
         with torch.enable_grad():
-            leaves = [x.detach().requires_grad_(w and x.is_floating_point()) for x, w in zip(inputs, wanted)]
+            leaves = [x.detach().requires_grad_(need and x.is_floating_point()) for x, need in zip(inputs, needs)]
             outs = _REGIONS[ctx.key].gm(*leaves)
         pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
         wrt = [x for x in leaves if x.requires_grad]
