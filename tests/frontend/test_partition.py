@@ -192,3 +192,18 @@ def test_linear_on_a_3d_input_fuses_its_epilogue_through_the_reshape():
     record = compile_graph(gm, "test")
     assert dict(record.templates) == {"gemm": 1} and record.fused_ops == record.aten_ops
     torch.testing.assert_close(gm(*inputs), want)
+
+
+def test_aten_rules_compute_eager_values():
+    # clamp_min/max, var(correction=0), log_softmax, full_like: ATen-only rules, checked against the ATen graph
+    def fn(x):
+        return (torch.full_like(x, 2.0) * x, torch.clamp_min(x, 0.1), torch.clamp_max(x, 0.2),
+                x.var(-1, correction=0), torch.log_softmax(x, -1), F.layer_norm(x, (8,)))
+
+    x = torch.randn(4, 8)
+    gm = aten_graph(fn, x)
+    want = gm(x)
+    record = compile_graph(gm, "test")
+    assert record.regions >= 1 and all("constant" in reason for reason in record.left.values())
+    for got, expected in zip(gm(x), want):
+        torch.testing.assert_close(got, expected)
