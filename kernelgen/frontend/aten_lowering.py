@@ -1,0 +1,148 @@
+"""Lowering rules for ATen ``OpOverload`` targets (what Dynamo + AOTAutograd graphs call).
+
+An overload is lowered by the same handler table as a traced torch function (``kernelgen.lowering``):
+``aten.add.Tensor`` goes to the ``add`` handler, ``aten._softmax.default`` to ``_softmax`` and so on,
+named after the overload packet. Where ATen's argument conventions differ from the torch function's
+(``_to_copy`` takes keyword dtypes, ``native_layer_norm`` and ``var_mean`` return several values,
+``_softmax`` has no ``dtype=``), an aten-only handler is registered here under ``aten.<packet>`` and wins.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from kernelgen import lowering
+from kernelgen.errors import UnsupportedOpError
+from kernelgen.lowering import _arg, _cast_to, _handles, _is_node, _operand, _ref
+from kernelgen.values import TensorSpec
+
+
+def aten_name(target: Any) -> str:
+    """The handler name for an ATen overload: ``aten.<packet>`` when an aten-only rule exists, else the packet
+    name shared with the torch function (``add``); the qualified overload name when nothing handles it."""
+    packet = target.overloadpacket.__name__
+    namespace = target.namespace
+    for name in (f"{namespace}.{packet}", packet if namespace in ("aten", "prims") else None):
+        if name is not None and name in lowering._HANDLERS:
+            return name
+    return f"{namespace}.{packet}.{target._overloadname}"
+
+
+# ------------------------------------------------------------------------------------- copies and moves
+# (view ops never reach the lowering: the partitioner leaves them to ATen and regions read them by strides)
+
+@_handles("aten.alias", "aten.clone", "aten.lift_fresh_copy")
+def _alias(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    # The value is the input's; the layout (clone(memory_format=...)) is the region output's strides.
+    return int(args[0])
+
+
+@_handles("aten._to_copy", "prims.convert_element_type", "aten.convert_element_type")
+def _to_copy(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    # A device move has a result on another device than its input: the partitioner keeps it out of regions.
+    if meta is None:
+        raise UnsupportedOpError(f"cannot tell the result dtype of `{where}`")
+    return _cast_to(b, int(args[0]), meta.dtype)
+
+
+# ------------------------------------------------------------------------------------------ constants
+
+def _const_of(b: Any, value: Any, meta: Any, where: str) -> int:
+    if meta is None or not isinstance(value, (bool, int, float)):
+        raise UnsupportedOpError(f"constant {value!r} at `{where}` is not a number of a known dtype")
+    node = b.const(value, meta.dtype)
+    if tuple(meta.shape) == ():
+        return node
+    return b.add("cast", (node,), TensorSpec(tuple(meta.shape), meta.dtype))
+
+
+# (full / scalar_tensor read no tensor: the partitioner leaves them to ATen, see partition.py)
+_handles("aten.zeros_like")(lambda b, args, kwargs, meta, where: _const_of(b, 0, meta, where))
+_handles("aten.ones_like")(lambda b, args, kwargs, meta, where: _const_of(b, 1, meta, where))
+_handles("aten.full_like")(lambda b, args, kwargs, meta, where: _const_of(b, args[1], meta, where))
+
+
+# ------------------------------------------------------------------------------------ composite ops
+
+def _clamp_side(op: str) -> lowering.Handler:
+    def handler(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+        x = int(args[0])
+        return b.elementwise(op, (x, _operand(b, args[1], x)), meta.dtype if meta is not None else None)
+
+    return handler
+
+
+_handles("aten.clamp_min")(_clamp_side("maximum"))
+_handles("aten.clamp_max")(_clamp_side("minimum"))
+
+
+def _softmax(name: str) -> lowering.Handler:
+    # _softmax(x, dim, half_to_float): the torch function without its dtype= keyword
+    return lambda b, args, kwargs, meta, where: lowering._HANDLERS[name](b, (args[0], args[1]), {}, meta, where)
+
+
+_handles("aten._softmax")(_softmax("softmax"))
+_handles("aten._log_softmax")(_softmax("log_softmax"))
+
+
+@_handles("aten.native_layer_norm")
+def _native_layer_norm(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> tuple:
+    """(y, mean, rstd) with mean/rstd kept as [..., 1] rows, as ATen returns them."""
+    x, shape, weight, bias, eps = args
+    if len(shape) != 1 or b.spec(int(x)).dtype not in ("float32", "float64"):
+        raise UnsupportedOpError(f"native_layer_norm over {list(shape)} of {b.spec(int(x)).dtype} at `{where}`")
+    x = int(x)
+    n = b.spec(x).shape[-1]
+    mean = b.elementwise("mul", (b.reduce("sum", x), b.scalar_or_node(1.0 / n, x)))
+    centered = b.elementwise("sub", (x, mean))
+    var = b.elementwise("mul", (b.reduce("sum", b.elementwise("mul", (centered, centered))),
+                                b.scalar_or_node(1.0 / n, x)))
+    rstd = b.elementwise("rsqrt", (b.elementwise("add", (var, b.scalar_or_node(float(eps), x))),))
+    y = b.elementwise("mul", (centered, rstd))
+    if _is_node(weight):
+        y = b.elementwise("mul", (y, int(weight)))
+    if _is_node(bias):
+        y = b.elementwise("add", (y, int(bias)))
+    return (_ref(y), _ref(mean), _ref(rstd))
+
+
+@_handles("aten.var_mean")
+def _var_mean(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> tuple:
+    """(var, mean) over the last dim (Inductor's layer_norm decomposition), with ``correction`` as in var."""
+    x = int(args[0])
+    dim = _arg(args, kwargs, 1, "dim")
+    lowering._last_dim(b, x, dim if dim is not None else [], where)
+    if not lowering._is_float_dtype(b.spec(x).dtype):
+        raise UnsupportedOpError(f"var_mean of {b.spec(x).dtype} at `{where}` is float math; eager decides")
+    correction = kwargs.get("correction")
+    correction = 1 if correction is None else correction
+    n = b.spec(x).shape[-1]
+    mean = b.elementwise("mul", (b.reduce("sum", x), b.scalar_or_node(1.0 / n, x)))
+    var = lowering._variance(b, x, correction)
+    keepdim = bool(kwargs.get("keepdim", False))
+    return (_ref(lowering._finish_reduction(b, var, keepdim)), _ref(lowering._finish_reduction(b, mean, keepdim)))
+
+
+@_handles("aten._scaled_dot_product_flash_attention_for_cpu", "aten._scaled_dot_product_flash_attention")
+def _sdpa_flash(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> tuple:
+    """SDPA as the CPU/GPU flash op: (out, logsumexp, ...). Only ``out`` lowers (an inference graph); a graph
+    that reads the logsumexp (for the backward) keeps the op in ATen."""
+    q, k, v = (int(a) for a in args[:3])
+    dropout = _arg(args, kwargs, 3, "dropout_p", 0.0)
+    if dropout or kwargs.get("attn_mask") is not None or kwargs.get("return_debug_mask"):
+        raise UnsupportedOpError(f"attention with dropout or a mask at `{where}`")
+    causal = bool(_arg(args, kwargs, 4, "is_causal", False))
+    scale = kwargs.get("scale")
+    scale = float(scale) if scale is not None else 1.0 / math.sqrt(b.spec(q).shape[-1])
+    spec = TensorSpec(b.spec(q).shape[:-1] + b.spec(v).shape[-1:], b.spec(q).dtype)
+    out = b.add("attention", (q, k, v), spec, causal=causal, scale=scale)
+    return (_ref(out),) + (None,) * 8  # the getitem rule refuses the statistics
+
+
+@_handles("aten.mean")
+def _mean(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    return lowering._HANDLERS["mean"](b, args[:2], {"keepdim": _arg(args, kwargs, 2, "keepdim", False)}, meta, where)
+
+
+__all__ = ["aten_name"]

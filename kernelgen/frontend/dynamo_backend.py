@@ -1,0 +1,172 @@
+"""``torch.compile(model, backend="kernelgen")``: Dynamo's graph, through AOTAutograd and torch's
+decompositions, partitioned into kernelgen regions (``kernelgen::region`` calls), the rest left to ATen.
+
+The backend is registered under the name ``kernelgen`` through the ``torch_dynamo_backends`` entry point
+(and by ``register()``). Options are ``kernelgen.compile``'s keywords, applied to every region:
+``torch.compile(m, backend="kernelgen", options={"backend": "triton", "tune": "auto", "trials": 20})``
+(``backend``: ``auto`` (by the inputs' device), ``cpp`` or ``triton``; ``tune``, ``db``, ``team_db``,
+``trials``, ``seconds`` as in ``kernelgen.compile``).
+
+Coverage statistics for each compiled graph: ``stats()`` (every graph since ``reset_stats()``) or
+``with collect() as graphs: ...`` (the graphs compiled inside the block).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger("kernelgen")
+NAME = "kernelgen"
+OPTIONS = ("backend", "tune", "db", "team_db", "trials", "seconds")  # kernelgen.compile's keywords
+_STATS: list["GraphStats"] = []
+_COLLECTORS: list[list["GraphStats"]] = []
+_LOCK = threading.Lock()
+
+
+@dataclass
+class GraphStats:
+    """One compiled ATen graph: ``aten_ops`` compute nodes (views and tuple projections not counted),
+    ``fused_ops`` of them inside kernelgen ``regions``; ``left`` maps each op left to ATen to the reason;
+    ``runs`` counts region runs that launched a kernel (``kernel``) or replayed ATen (``eager``)."""
+
+    name: str
+    aten_ops: int = 0
+    fused_ops: int = 0
+    regions: int = 0
+    templates: Counter = field(default_factory=Counter)
+    views: int = 0
+    left: dict[str, str] = field(default_factory=dict)
+    runs: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def coverage(self) -> float:
+        return self.fused_ops / self.aten_ops if self.aten_ops else 1.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "aten_ops": self.aten_ops, "fused_ops": self.fused_ops, "regions": self.regions,
+                "templates": dict(self.templates), "views": self.views, "coverage": self.coverage,
+                "left": dict(self.left), "kernel_runs": self.runs.get("kernel", 0),
+                "eager_runs": self.runs.get("eager", 0)}
+
+
+def stats() -> list[GraphStats]:
+    """Statistics of every graph this backend compiled in this process (since ``reset_stats()``)."""
+    with _LOCK:
+        return list(_STATS)
+
+
+def reset_stats() -> None:
+    with _LOCK:
+        _STATS.clear()
+
+
+@contextlib.contextmanager
+def collect() -> Iterator[list[GraphStats]]:
+    """``with collect() as graphs:`` fills ``graphs`` with the statistics of graphs compiled in the block
+    (their run counters keep counting after it)."""
+    graphs: list[GraphStats] = []
+    with _LOCK:
+        _COLLECTORS.append(graphs)
+    try:
+        yield graphs
+    finally:
+        with _LOCK:
+            _COLLECTORS.remove(graphs)
+
+
+def decompositions() -> dict:
+    """Inductor's decomposition table (core ATen plus Inductor's own rewrites). Why not the plain core-ATen
+    table (``torch._decomp.core_aten_decompositions()``): in torch 2.13 a GPT-2 block's causal-attention
+    backward decomposed with it gives wrong gradients (errors of ~4 against eager; Inductor's table and no
+    table are exact), and Inductor's table is the one torch keeps correct for whole models. It keeps
+    ``_softmax``, ``gelu`` and the GEMMs whole (one lowering rule each) and decomposes the ``*_backward``
+    ops into the pointwise ops and reductions the partitioner groups."""
+    from torch._inductor.decomposition import select_decomp_table
+
+    return select_decomp_table()
+
+
+def compile_graph(gm: Any, name: str = "graph", options: dict | None = None) -> GraphStats:
+    """Partition ATen graph ``gm`` (nodes carrying ``meta['val']``) and install its regions in place."""
+    import operator
+
+    import torch
+
+    from kernelgen.frontend.partition import is_view, partition
+    from kernelgen.frontend.region_op import install
+    from kernelgen.frontend.sink_views import sink_views
+
+    sink_views(gm)  # a Linear's epilogue on [B, T, N] then reads the GEMM's [B*T, N] output directly
+    found = partition(gm)
+    record = GraphStats(name)
+    if any(isinstance(n.meta.get("val"), torch.SymInt) or
+           (isinstance(n.meta.get("val"), torch.Tensor) and not all(isinstance(d, int) for d in n.meta["val"].shape))
+           for n in gm.graph.nodes if n.op == "placeholder"):
+        log.warning("kernelgen %s graph has dynamic shapes: its ops run ATen (kernelgen kernels are static-shape "
+                    "here); pass torch.compile(..., dynamic=False) to specialise", name)
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target is operator.getitem:
+            continue
+        if is_view(node):
+            record.views += 1
+        else:
+            record.aten_ops += 1
+    for node, reason in found.left.items():
+        if not is_view(node):
+            record.left[f"{node.name} ({node.target})"] = reason
+    for region in found.regions:
+        record.fused_ops += sum(1 for n in region.nodes if n.target is not operator.getitem)
+        record.templates[region.template] += 1
+    record.regions = len(found.regions)
+    install(gm, found.regions, options, record.runs)
+    for reason in sorted(set(record.left.values())):
+        log.info("kernelgen %s graph: ATen runs ops because %s", name, reason)
+    with _LOCK:
+        _STATS.append(record)
+        for graphs in _COLLECTORS:
+            graphs.append(record)
+    return record
+
+
+def kernelgen_backend(gm: Any, example_inputs: list, options: dict | None = None, mode: str | None = None) -> Any:
+    """The Dynamo backend: AOTAutograd with a forward and a backward compiler that partition each graph.
+    ``options`` (from ``torch.compile(..., options=...)``): ``kernelgen.compile``'s keywords (see the module)."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    from kernelgen.errors import KernelgenError
+
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown or mode not in (None, "default"):
+        raise KernelgenError(f"kernelgen backend options {unknown} / mode={mode!r} are not understood; "
+                             f"options are {', '.join(OPTIONS)} (kernelgen.compile's keywords)")
+
+    def compiler(name: str) -> Any:
+        def compile_one(graph_module: Any, inputs: list) -> Any:
+            compile_graph(graph_module, name, options)
+            return make_boxed_func(graph_module.forward)
+
+        return compile_one
+
+    return aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
+                        inference_compiler=compiler("inference"),
+                        decompositions=decompositions())(gm, example_inputs)
+
+
+def register() -> None:
+    """Register the backend with Dynamo under ``"kernelgen"`` (a no-op when it already is)."""
+    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+
+    if NAME not in _COMPILER_FNS:
+        register_backend(name=NAME)(kernelgen_backend)
+
+
+__all__ = ["GraphStats", "NAME", "OPTIONS", "collect", "compile_graph", "decompositions", "kernelgen_backend", "register",
+           "reset_stats", "stats"]

@@ -1,0 +1,209 @@
+"""The partitioner's regions on hand-made ATen graphs (``make_fx`` with core ATen decompositions)."""
+
+from __future__ import annotations
+
+import operator
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.nn.functional as F  # noqa: E402
+from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
+
+from kernelgen.frontend.dynamo_backend import compile_graph, decompositions  # noqa: E402
+from kernelgen.frontend.partition import partition  # noqa: E402
+
+aten = torch.ops.aten
+
+
+def aten_graph(fn, *inputs):
+    return make_fx(fn, decomposition_table=decompositions())(*inputs)
+
+
+def regions_of(fn, *inputs):
+    found = partition(aten_graph(fn, *inputs))
+    return [(r.template, [n.target for n in r.nodes if n.target is not operator.getitem]) for r in found.regions], \
+        found
+
+
+def test_linear_bias_gelu_scale_is_one_gemm_region_with_epilogue():
+    regions, found = regions_of(lambda x, w, b: F.gelu(F.linear(x, w, b)) * 2,
+                                torch.randn(4, 8), torch.randn(16, 8), torch.randn(16))
+    # gelu is decomposed (erf, mul, add): the accumulator feeds several epilogue ops, still one region
+    (template, ops), = regions
+    assert template == "gemm" and ops[0] == aten.addmm.default and aten.erf.default in ops
+    # the weight's transpose stays an ATen view, read by the kernel through its strides
+    assert [n.target for n in found.left] == [aten.permute.default]
+
+
+def test_softmax_with_prologue_and_epilogue_is_one_reduction_region():
+    regions, found = regions_of(lambda x: torch.softmax(x * 3, -1) + 1, torch.randn(4, 8))
+    (template, ops), = regions
+    assert template == "reduction" and ops[0] == aten.mul.Tensor and ops[-1] == aten.add.Tensor
+    assert {aten.amax.default, aten.sum.dim_IntList} <= set(ops) and not found.left
+
+
+def test_layer_norm_region_keeps_its_three_outputs_together():
+    regions, found = regions_of(lambda x, w, b: F.layer_norm(x, (8,), w, b).relu(),
+                                torch.randn(4, 8), torch.randn(8), torch.randn(8))
+    (template, ops), = regions
+    assert template == "reduction" and aten.var_mean.correction in ops and ops[-1] == aten.relu.default
+    assert len(found.regions[0].outputs) == 1  # mean and rstd are not read outside
+    assert not [n for n in found.left if n.target is not aten.view.default]
+
+
+def test_reduction_over_a_leading_dim_is_left_to_aten_with_its_reason():
+    regions, found = regions_of(lambda x: (x.sum(0), x.exp()), torch.randn(4, 8))
+    assert regions == [("pointwise", [aten.exp.default])]
+    (node, reason), = found.left.items()
+    assert node.target == aten.sum.dim_IntList and "dim=[0]" in reason
+
+
+def test_a_gemm_read_by_two_consumers_is_not_recomputed():
+    # the matmul result feeds two epilogues: one region holds the GEMM, nothing computes it twice
+    def fn(x, w):
+        y = x @ w
+        return y.relu(), y.sigmoid() * 2
+
+    regions, found = regions_of(fn, torch.randn(4, 8), torch.randn(8, 16))
+    mm_regions = [r for r in regions if aten.mm.default in r[1]]
+    assert len(mm_regions) == 1
+    assert sum(r[1].count(aten.mm.default) for r in regions) == 1
+    # the other consumer is still fused, in a pointwise region reading the GEMM's output
+    fused = {t for _, nodes in regions for t in nodes}
+    assert {aten.relu.default, aten.sigmoid.default, aten.mul.Tensor} <= fused
+
+
+def test_multi_output_pointwise_region():
+    def fn(x, y):
+        s = x + y
+        return s.exp(), s * 2
+
+    regions, found = regions_of(fn, torch.randn(4, 8), torch.randn(8))
+    assert regions == [("pointwise", [aten.add.Tensor, aten.exp.default, aten.mul.Tensor])]
+    assert len(found.regions[0].outputs) == 2
+
+
+def test_regions_are_convex():
+    # exp(x) -> sum over dim 0 (ATen) -> added back to exp(x): the add cannot join exp's region, which would
+    # then both feed and read the ATen reduction
+    def fn(x):
+        e = x.exp()
+        return e + e.sum(0)
+
+    regions, found = regions_of(fn, torch.randn(4, 8))
+    assert [nodes for _, nodes in regions] == [[aten.exp.default], [aten.add.Tensor]]
+
+
+def test_installed_regions_compute_what_the_aten_graph_computes():
+    def fn(x, w, b):
+        h = F.layer_norm(x, (8,), w, b)
+        return torch.softmax(h * 2, -1), h.sum(0)
+
+    inputs = (torch.randn(6, 8), torch.randn(8), torch.randn(8))
+    gm = aten_graph(fn, *inputs)
+    want = gm(*inputs)
+    record = compile_graph(gm, "test")
+    ops = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    # layer norm, scale and softmax share their rows: one reduction region holds all three
+    assert ops.count(torch.ops.kernelgen.region.default) == record.regions == 1
+    assert record.fused_ops == record.aten_ops - 1  # the leading-dim sum stays ATen
+    got = gm(*inputs)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+    assert record.runs.get("kernel", 0) == 1
+
+
+def test_non_contiguous_region_output_keeps_eager_strides():
+    # an elementwise op on a transposed input keeps the transposed layout in eager; the graph's later view
+    # relies on it, so the region's output must come back with those strides
+    def fn(x):
+        y = x.t() * 2
+        return y.t().reshape(-1)
+
+    x = torch.randn(4, 6)
+    gm = aten_graph(fn, x)
+    compile_graph(gm, "test")
+    torch.testing.assert_close(gm(x)[0] if isinstance(gm(x), (tuple, list)) else gm(x), fn(x))
+
+
+def test_siblings_reading_one_input_share_a_region():
+    # two independent chains over x: one multi-output kernel loads x once
+    def fn(x):
+        return x.exp() * 2, torch.tanh(x) + 1
+
+    regions, found = regions_of(fn, torch.randn(4, 8))
+    assert len(regions) == 1 and regions[0][0] == "pointwise"
+    assert len(found.regions[0].outputs) == 2
+
+
+def test_a_device_move_stays_out_of_regions():
+    # _to_copy(device=...) lowers to a cast like any dtype copy; a kernel writes on its inputs' device, so a
+    # region never spans two devices and the copy stays ATen's
+    def fn(x):
+        return aten._to_copy.default(x * 2, device=torch.device("meta")) + 1
+
+    gm = make_fx(fn, tracing_mode="fake")(torch.randn(4, 8))
+    found = partition(gm)
+    assert [n.target for n in found.left] == [aten._to_copy.default]
+    devices = [{str(n.meta["val"].device) for n in (*r.inputs, *r.nodes)} for r in found.regions]
+    assert devices == [{"cpu"}, {"meta"}]
+
+
+def test_a_member_whose_consumer_stays_outside_is_an_output_or_leaves():
+    # y = x @ w feeds the epilogue and a leading-dim sum that no template covers: y becomes a second output,
+    # which the GEMM template does not allow, so the epilogue leaves the GEMM region (checked at the end)
+    def fn(x, w):
+        y = x @ w
+        return y.relu(), y.sum(0)
+
+    regions, found = regions_of(fn, torch.randn(4, 8), torch.randn(8, 16))
+    assert sorted(t for t, _ in regions) == ["gemm", "pointwise"]
+    gemm = next(r for r in found.regions if r.template == "gemm")
+    assert [n.target for n in gemm.nodes] == [aten.mm.default]
+
+
+def test_gpt_block_attention_shapes_partition_and_run_like_aten():
+    # a causal attention written out (batched matmuls over views, masked softmax): whatever is grouped, the
+    # rewritten graph computes what the ATen graph computes
+    def fn(q, k, v, mask):
+        s = (q @ k.transpose(-1, -2)) * 0.25
+        s = s.masked_fill(mask, float("-inf"))
+        return torch.softmax(s, -1) @ v
+
+    q, k, v = (torch.randn(2, 2, 4, 8) for _ in range(3))
+    mask = torch.ones(4, 4, dtype=torch.bool).triu(1)
+    gm = aten_graph(fn, q, k, v, mask)
+    want = gm(q, k, v, mask)
+    record = compile_graph(gm, "test")
+    assert record.regions >= 2
+    torch.testing.assert_close(gm(q, k, v, mask), want)
+
+
+def test_linear_on_a_3d_input_fuses_its_epilogue_through_the_reshape():
+    # addmm works on [B*T, C]; the gelu and residual read view(addmm, [B, T, N]): the view moves below them
+    def fn(x, w, b):
+        return x + F.gelu(F.linear(x, w, b))
+
+    inputs = (torch.randn(2, 3, 8), torch.randn(8, 8), torch.randn(8))
+    gm = aten_graph(fn, *inputs)
+    want = gm(*inputs)
+    record = compile_graph(gm, "test")
+    assert dict(record.templates) == {"gemm": 1} and record.fused_ops == record.aten_ops
+    torch.testing.assert_close(gm(*inputs), want)
+
+
+def test_aten_rules_compute_eager_values():
+    # clamp_min/max, var(correction=0), log_softmax, full_like: ATen-only rules, checked against the ATen graph
+    def fn(x):
+        return (torch.full_like(x, 2.0) * x, torch.clamp_min(x, 0.1), torch.clamp_max(x, 0.2),
+                x.var(-1, correction=0), torch.log_softmax(x, -1), F.layer_norm(x, (8,)))
+
+    x = torch.randn(4, 8)
+    gm = aten_graph(fn, x)
+    want = gm(x)
+    record = compile_graph(gm, "test")
+    assert record.regions >= 1 and all("constant" in reason for reason in record.left.values())
+    for got, expected in zip(gm(x), want):
+        torch.testing.assert_close(got, expected)
