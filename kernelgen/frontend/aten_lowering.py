@@ -111,17 +111,26 @@ def _native_layer_norm(b: Any, args: tuple, kwargs: dict, meta: Any, where: str)
 def _var_mean(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> tuple:
     """(var, mean) over the last dim (Inductor's layer_norm decomposition), with ``correction`` as in var."""
     x = int(args[0])
-    dim = _arg(args, kwargs, 1, "dim")
-    lowering._last_dim(b, x, dim if dim is not None else [], where)
+    dims = lowering._reduced_dims(b, x, _arg(args, kwargs, 1, "dim"), "var_mean", where)
     if not lowering._is_float_dtype(b.spec(x).dtype):
         raise UnsupportedOpError(f"var_mean of {b.spec(x).dtype} at `{where}` is float math; eager decides")
+    shape = b.spec(x).shape
+    if len(shape) - 1 not in dims:  # only size-1 dims reduced: variance of one element, 0 or NaN by the correction
+        raise UnsupportedOpError(f"var_mean over size-1 dims at `{where}`; eager decides")
     correction = kwargs.get("correction")
     correction = 1 if correction is None else correction
-    n = b.spec(x).shape[-1]
+    n = shape[-1]
     mean = b.elementwise("mul", (b.reduce("sum", x), b.scalar_or_node(1.0 / n, x)))
     var = lowering._variance(b, x, correction)
     keepdim = bool(kwargs.get("keepdim", False))
-    return (_ref(lowering._finish_reduction(b, var, keepdim)), _ref(lowering._finish_reduction(b, mean, keepdim)))
+    final = tuple(1 if d in dims else size for d, size in enumerate(shape)) if keepdim else \
+        tuple(size for d, size in enumerate(shape) if d not in dims)
+
+    def finish(value: int) -> int:  # [..., 1] -> the result's shape (drops or keeps size-1 dims only)
+        spec = b.spec(value)
+        return value if spec.shape == final else b.add("reshape", (value,), TensorSpec(final, spec.dtype))
+
+    return (_ref(finish(var)), _ref(finish(mean)))
 
 
 @_handles("aten._scaled_dot_product_flash_attention_for_cpu", "aten._scaled_dot_product_flash_attention")
