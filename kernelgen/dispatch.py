@@ -499,8 +499,8 @@ class CompiledFunction:
     # -- introspection ----------------------------------------------------------------------------------
     def explain(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """What runs for these inputs: implementation, config, where the config came from ("db", "bucket",
-        "tuned", "default" or "eager"), and the shape family (its key) and size bucket a generic kernel
-        serves them from (None for a kernel compiled for the exact shapes)."""
+        "tuned", "default" or "eager"), and, when a shape family's generic kernel serves them, ``family`` (its
+        key) and ``bucket`` (the size bucket whose config runs)."""
         values, layout = self.callee.bind(args, kwargs)
         full = values + self.callee.read_state() if self.callee.state else values
         try:
@@ -508,8 +508,11 @@ class CompiledFunction:
         except NotAConstant:
             return {"implementation": "eager", "config": None, "source": "eager"}
         entry = self._cache.get(key) or self._prepare(full, layout, key, len(values))
-        return {"implementation": entry.impl or "eager", "config": None if entry.config is None else dict(entry.config),
-                "source": entry.source, "family": entry.family, "bucket": entry.bucket}
+        what = {"implementation": entry.impl or "eager", "config": None if entry.config is None else dict(entry.config),
+                "source": entry.source}
+        if entry.family is not None:
+            what.update(family=entry.family, bucket=entry.bucket)
+        return what
 
 
 def _describe_devices(tensors: list) -> str:

@@ -11,8 +11,9 @@ dim, the one that varies between calls of serving and training code):
 
 A dim joins a family only where a kernel can take it as a number: size >= 2 (0 and 1 are specialised,
 as Dynamo does: a size-1 dim broadcasts) and dim 0 outermost in memory (so no other stride depends on
-it). Every dynamic dim of one call has the same size (one run-time size ``n0``); a call whose dims
-differ is keyed by its exact shapes instead.
+it). By default only the highest-rank tensors' dim 0 is dynamic (a lower-rank weight or bias is
+broadcast over the batch). Every dynamic dim of one call has the same size (one run-time size ``n0``);
+a function whose graph is not the same at every batch size is compiled per size.
 
 Buckets: a size ``n`` falls in bucket ``bucket(n)``, the smallest power of two >= n. A bucket's tuned
 config is the record of the graph at the bucket's size (its representative), so records keep the plain
@@ -79,19 +80,17 @@ def eligible(t: Any) -> bool:
 
 
 def dynamic_dims(values: Sequence[Any], allowed: frozenset[int] | None) -> tuple[int, ...]:
-    """Indices of the tensor values whose dim 0 is dynamic: eligible, in ``allowed`` (None: any), and of
-    the same size as the first such one (one run-time size per kernel)."""
+    """Indices of the tensor values whose dim 0 is dynamic: eligible, in ``allowed`` (None: those of the
+    highest rank, the activations: a lower-rank tensor is a weight or bias broadcast over the batch, whose
+    dim 0 only equals the batch size by chance), and of the size of the first one (one run-time size)."""
     import torch
 
-    size = None
-    dims = []
-    for i, v in enumerate(values):
-        if isinstance(v, torch.Tensor) and (allowed is None or i in allowed) and eligible(v):
-            if size is None:
-                size = v.shape[0]
-            if v.shape[0] == size:
-                dims.append(i)
-    return tuple(dims)
+    found = [(i, v) for i, v in enumerate(values)
+             if isinstance(v, torch.Tensor) and (allowed is None or i in allowed) and eligible(v)]
+    if allowed is None and found:
+        rank = max(v.dim() for _, v in found)
+        found = [(i, v) for i, v in found if v.dim() == rank]
+    return tuple(i for i, v in found if v.shape[0] == found[0][1].shape[0])
 
 
 def family_key(values: Sequence[Any], dims: Sequence[int]) -> tuple:
