@@ -318,8 +318,9 @@ class CompiledFunction:
                     return entry
             if self.variants >= self.max_variants:
                 return self._over_limit()
-            self.variants += 1
-            return self._build_kernel(full, layout, n_values, backend)
+            entry = self._build_kernel(full, layout, n_values, backend)
+            self.variants += not entry.eager
+            return entry
         except KernelgenError:
             raise
         except Exception as exc:  # a kernelgen bug on this graph must cost speed, never the caller's call

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 
+from kernelgen.backends.cpp import entry_declaration
 from kernelgen.codegen import cpp_expr
 from kernelgen.space import Constraint, Param, SearchSpace
 from kernelgen.target import Target
-from kernelgen.backends.cpp import entry_declaration
 from kernelgen.templates.indexing import dynamic_meta, dynamic_source
 from kernelgen.templates.pointwise import PointwiseProblem
 from kernelgen.values import Config, FrozenMap, Source, TensorSpec
