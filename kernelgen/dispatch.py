@@ -382,6 +382,17 @@ class CompiledFunction:
         dims = dyn.dynamic_dims(full[:n_values], None if self.dynamic in (None, True) else self.dynamic)
         if not dims:
             return None
+        # Several dims of one size may be one batch (q, k, v) or meet by chance (x [n, k] and a weight
+        # [n, k]): try them together, then the first alone.
+        for choice in ((dims, dims[:1]) if len(dims) > 1 else (dims,)):
+            entry = self._family_member(full, layout, n_values, choice, backend)
+            if entry is not None:
+                return entry
+        return None
+
+    def _family_member(self, full: tuple, layout: Any, n_values: int, dims: tuple, backend: Any) -> "_Entry | None":
+        from kernelgen.frontend import dynamic as dyn
+
         n = full[dims[0]].shape[0]
         fkey = (layout, backend.name, dyn.family_key(full, dims), self.callee.modes() if self._general else None)
         if fkey not in self._families:

@@ -133,6 +133,16 @@ def test_bad_dynamic_argument_is_one_line_error(bad, words):
     assert "\n" not in str(info.value)
 
 
+def test_a_weight_whose_dim_0_meets_the_batch_size_by_chance_stays_static():
+    f = compile(linear_relu, backend="cpp", dynamic=True)
+    w, b = torch.randn(12, 20), torch.randn(12)
+    for n in (5, 12, 7):  # at n = 12, x [12, 20] and w [12, 20] have one dim-0 size
+        x = torch.randn(n, 20)
+        torch.testing.assert_close(f(x, w, b), linear_relu(x, w, b), atol=1e-4, rtol=1e-4)
+    assert len({f.explain(torch.randn(n, 20), w, b)["family"] for n in (5, 12, 7)}) == 1
+    assert f.variants == 1
+
+
 def test_a_batch_size_baked_into_the_graph_is_not_a_family():
     def flatten_scale(x):
         return x.reshape(-1) * 2.0  # dim 0 of the output is n * 8, not the batch size
