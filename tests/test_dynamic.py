@@ -219,14 +219,29 @@ def test_dispatch_picks_the_exact_record_then_the_bucket_record(tmp_path):
         db.commit(_record(graph, implementations_for(graph, "cpp")[0], config))
     db.close()
     f = compile(bias_gelu, backend="cpp", db=url, dynamic=True)
+    # 100: bucket 128 has no record; its neighbour 64 has one (neighbour_buckets); 200: none within one bucket
     for n, config, source in ((40, exact_config, "db"), (50, bucket_config, "bucket"), (33, bucket_config, "bucket"),
-                              (200, None, "default")):
+                              (100, bucket_config, "bucket"), (200, None, "default")):
         x, b = torch.randn(n, 40), torch.randn(40)
         torch.testing.assert_close(f(x, b), bias_gelu(x, b))
         what = f.explain(x, b)
         assert what["source"] == source, n
         if config is not None:
             assert what["config"] == config
+
+
+def test_family_members_carry_eager_gradients():
+    f = compile(layer_norm, backend="cpp", dynamic=True)
+    for n in (3, 6):
+        x = torch.randn(n, 16, requires_grad=True)
+        w, b = torch.randn(16, requires_grad=True), torch.randn(16)
+        f(x, w, b).sum().backward()
+        gx, gw = x.grad, w.grad
+        x.grad = w.grad = None
+        layer_norm(x, w, b).sum().backward()
+        torch.testing.assert_close(gx, x.grad)
+        torch.testing.assert_close(gw, w.grad)
+        assert f.explain(x, w, b)["family"] is not None
 
 
 def test_substituted_graph_has_the_workload_key_of_a_trace_at_that_size():
