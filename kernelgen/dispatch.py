@@ -319,7 +319,8 @@ class CompiledFunction:
             if self.variants >= self.max_variants:
                 return self._over_limit()
             entry = self._build_kernel(full, layout, n_values, backend)
-            self.variants += not entry.eager
+            # a custom call's library serves every shape (built once per source): not a shape variant
+            self.variants += not entry.eager and not entry.impl.startswith("custom:")
             return entry
         except KernelgenError:
             raise
@@ -370,8 +371,8 @@ class CompiledFunction:
 
     # -- shape families ---------------------------------------------------------------------------------
     def _over_limit(self) -> "_Entry":
-        self._log_once(f"it reached its limit of {self.max_variants} compiled shape variants "
-                       f"(max_variants= or {VARIANTS_ENV}); new shapes that no shape family serves")
+        self._log_once(f"new shapes past its limit of {self.max_variants} compiled shape variants (raise "
+                       f"max_variants= or {VARIANTS_ENV}); sizes a shape family serves still run its kernel")
         return _Entry(eager=True)
 
     def _family_entry(self, full: tuple, layout: Any, n_values: int, backend: Any) -> "_Entry | None":
@@ -445,7 +446,7 @@ class CompiledFunction:
             graph = family.static_graph(family.sentinel)
             groups = self._open_db().nearest_groups(
                 workload_key="", workload_family=graph.family_key, target_fingerprint=family.target.fingerprint,
-                target_family=family.target.family, implementation=family.impl.name)
+                target_family=family.target.family, implementation=None if family.rivals else family.impl.name)
         except (KernelgenError, ModuleNotFoundError, AttributeError):
             return None
         return frozenset(groups.neighbours)

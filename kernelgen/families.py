@@ -42,6 +42,7 @@ class Family:
     impl: Any  # the TemplateImplementation of the generic graph
     target: Any
     lookup: Any  # (graph, impls, target) -> record or None: the dispatcher's database lookup
+    rivals: tuple = ()  # custom calls of the graph: they win sizes by their records, never by default
     known: frozenset | None = None  # workload keys of this graph with records here (None: ask each time)
     kernels: dict = field(default_factory=dict)  # config key -> launcher
     configs: dict = field(default_factory=dict)  # bucket -> (config, source)
@@ -56,6 +57,10 @@ class Family:
         impls = [i for i in implementations_for(cap.graph, backend.name) if isinstance(i, TemplateImplementation)]
         if not impls:
             return None
+        # Registered custom calls of the graph compete per size: where the database says one of them wins
+        # at a size (or its bucket), ``at`` declines and the dispatcher runs that size's winner.
+        static = substitute(cap.graph, sentinel, sentinel)
+        rivals = tuple(i for i in implementations_for(static, backend.name) if not isinstance(i, TemplateImplementation))
         impl, target = impls[0], backend.target()
         try:
             source = impl.render(impl.default_config(target), target)
@@ -63,7 +68,7 @@ class Family:
             return None
         if "dynamic" not in source.meta:  # this template bakes the batch size in on this backend
             return None
-        return cls(cap.graph.workload_key[:12], cap, sentinel, impl, target, lookup)
+        return cls(cap.graph.workload_key[:12], cap, sentinel, impl, target, lookup, rivals=rivals)
 
     def _record(self, n: int) -> Any:
         """The database's record of the graph at size ``n``, asked only when the family's first look at the
@@ -149,8 +154,24 @@ class Family:
 
         return tuple((torch.Size((n, *shape[1:]) if dyn else shape), dtype) for dyn, shape, dtype in self._outputs)
 
+    def rival_wins(self, n: int) -> bool:
+        """Whether the database's best record for size ``n`` (else its bucket) is a custom call's."""
+        if not self.rivals:
+            return False
+        for size in dict.fromkeys((n, bucket(n))):
+            graph = self.static_graph(size)
+            if self.known is not None and graph.workload_key not in self.known:
+                continue
+            record = self.lookup(graph, [self.impl, *self.rivals], self.target)
+            if record is not None:
+                return record.implementation != self.impl.name
+        return False
+
     def at(self, n: int, may_build: bool = True) -> Served | None:
-        """What batch size ``n`` runs (None: no config of this family passed its check here)."""
+        """What batch size ``n`` runs (None: no config of this family passed its check here, or a custom
+        call's record wins this size: the caller dispatches it per shape)."""
+        if self.rival_wins(n):
+            return None
         config, source = self.config_for(n)
         got = self.launcher(config, may_build)
         if got is None:
