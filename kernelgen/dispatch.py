@@ -33,7 +33,8 @@ class _Entry:
     """
 
     __slots__ = ("launch", "outputs", "single", "flat", "slow", "eager", "check", "grad", "plan", "picks",
-                 "device", "cpu", "replay", "run", "impl", "config", "source", "huge", "path", "hash", "reason")
+                 "device", "cpu", "replay", "run", "impl", "config", "source", "huge", "path", "hash", "reason",
+                 "family", "bucket")
 
     def __init__(self, launch: Callable[..., None] | None = None, outputs: tuple = (), *, eager: bool = False,
                  check: bool = False, plan: Any = None, picks: tuple | None = None, device: Any = None,
@@ -59,6 +60,8 @@ class _Entry:
         self.hash = digest  # the implementation hash its tuning records carry
         self.reason = reason  # why it runs eagerly, or why this config was chosen
         self.huge = [False] * len(outputs)  # outputs big enough to ask for transparent huge pages
+        self.family: str | None = None  # the shape family whose generic kernel runs, for explain()
+        self.bucket: int | None = None
         self.run = self._fresh
 
     def _fresh(self, inputs: tuple) -> tuple:
@@ -133,7 +136,11 @@ class CompiledFunction:
     """
 
     def __init__(self, fn: Callable[..., Any], backend: str = "auto", *, tune: bool | str = False, db: Any = None,
-                 team_db: str | None = None, trials: int | None = None, seconds: float | None = None) -> None:
+                 team_db: str | None = None, trials: int | None = None, seconds: float | None = None,
+                 dynamic: Any = None, max_variants: int | None = None) -> None:
+        import inspect
+
+        from kernelgen.frontend import dynamic as dyn
         from kernelgen.frontend.callables import describe
 
         if tune not in (False, True, "auto"):
@@ -149,6 +156,15 @@ class CompiledFunction:
         self._cache: dict[tuple, _Entry] = {}
         self._lock = threading.Lock()
         self._logged: set[str] = set()
+        try:
+            names = list(inspect.signature(self.callee.fn).parameters)
+        except (TypeError, ValueError):
+            names = []
+        self.dynamic = dyn.parse(dynamic, names)
+        self.max_variants = _max_variants(max_variants)
+        self._families: dict[tuple, Any] = {}  # family key -> Family, or None where no generic kernel serves it
+        self._sizes: dict[tuple, set[int]] = {}  # family key -> batch sizes seen (dynamic=None waits for two)
+        self.variants = 0  # shape variants compiled: static kernels and families
         self.__name__ = self.__qualname__ = self.callee.name
         self.__doc__ = getattr(fn, "__doc__", None)
         self.__wrapped__ = fn
@@ -300,7 +316,16 @@ class CompiledFunction:
         if any(a.numel() == 0 for _, a in tensors):
             return self._eager("an input is empty (numel 0); eager handles empty tensors")
         try:
-            return self._build_kernel(full, layout, n_values, backend)
+            if self.dynamic is not False:
+                entry = self._family_entry(full, layout, n_values, backend)
+                if entry is not None:
+                    return entry
+            if self.variants >= self.max_variants:
+                return self._over_limit()
+            entry = self._build_kernel(full, layout, n_values, backend)
+            # a custom call's library serves every shape (built once per source): not a shape variant
+            self.variants += not entry.eager and not entry.impl.startswith("custom:")
+            return entry
         except KernelgenError:
             raise
         except Exception as exc:  # a kernelgen bug on this graph must cost speed, never the caller's call
@@ -353,6 +378,90 @@ class CompiledFunction:
                        source=source, path=path, digest=impl.source_hash(), reason=reason)
         entry.huge = [bool(_HUGE_ADVICE) and s.numel * s.itemsize >= _HUGE_MIN_BYTES for s in graph.output_specs]
         return entry
+
+    # -- shape families ---------------------------------------------------------------------------------
+    def _over_limit(self) -> "_Entry":
+        self._log_once(f"new shapes past its limit of {self.max_variants} compiled shape variants (raise "
+                       f"max_variants= or {VARIANTS_ENV}); sizes a shape family serves still run its kernel")
+        return _Entry(eager=True)
+
+    def _family_entry(self, full: tuple, layout: Any, n_values: int, backend: Any) -> "_Entry | None":
+        """The entry of a call served by a shape family's generic kernel (creating the family when this
+        call makes its dims dynamic), or None: compile for the exact shapes."""
+        from kernelgen.frontend import dynamic as dyn
+
+        dims = dyn.dynamic_dims(full[:n_values], None if self.dynamic in (None, True) else self.dynamic)
+        if not dims:
+            return None
+        # Several dims of one size may be one batch (q, k, v) or meet by chance (x [n, k] and a weight
+        # [n, k]): try them together, then the first alone.
+        for choice in ((dims, dims[:1]) if len(dims) > 1 else (dims,)):
+            entry = self._family_member(full, layout, n_values, choice, backend)
+            if entry is not None:
+                return entry
+        return None
+
+    def _family_member(self, full: tuple, layout: Any, n_values: int, dims: tuple, backend: Any) -> "_Entry | None":
+        from kernelgen.frontend import dynamic as dyn
+
+        n = full[dims[0]].shape[0]
+        fkey = (layout, backend.name, dyn.family_key(full, dims), self.callee.modes() if self._general else None)
+        if fkey not in self._families:
+            seen = self._sizes.setdefault(fkey, set())
+            seen.add(n)
+            if self.dynamic is None and len(seen) < 2:  # as torch.compile: dynamic from the second size
+                return None
+            if self.variants >= self.max_variants:
+                return None
+            self._families[fkey] = self._new_family(full, layout, n_values, dims, backend)
+            if self._families[fkey] is not None:
+                self.variants += 1
+        family = self._families[fkey]
+        if family is None:
+            return None
+        served = family.at(n, may_build=True)
+        if served is None:
+            return None
+        import torch
+
+        inputs = [full[i] for i in family.cap.picks]
+        picks = None if family.cap.picks == tuple(range(len(full))) else family.cap.picks
+        device = next((a.device for a in inputs if isinstance(a, _Tensor)), torch.device("cpu"))
+        entry = _Entry(served.launch, served.outputs, plan=family.cap.plan, picks=picks, device=device,
+                       grad=any(a.requires_grad for a in inputs if isinstance(a, _Tensor)), replay=family.cap.replay,
+                       impl=served.impl, config=served.config, source=served.source,
+                       path=getattr(served.launch, "source_file", None), digest=family.impl.source_hash(),
+                       reason=_REASONS[served.source])
+        entry.family, entry.bucket = family.key, served.bucket
+        entry.huge = [bool(_HUGE_ADVICE) and shape.numel() * dtype.itemsize >= _HUGE_MIN_BYTES
+                      for shape, dtype in served.outputs]
+        return entry
+
+    def _new_family(self, full: tuple, layout: Any, n_values: int, dims: tuple, backend: Any) -> Any:
+        from kernelgen.families import Family
+        from kernelgen.frontend import dynamic as dyn
+        from kernelgen.frontend.capture import capture
+
+        got = dyn.family_graph(lambda vals: capture(self.callee, vals[:n_values], layout, vals[n_values:]),
+                               full, dims)
+        family = None if got is None else Family.create(got[0], got[1], backend, self._lookup)
+        if family is not None:
+            family.known = self._known_keys(family)
+        if family is None:
+            log.info("%s: no shape-generic kernel for its inputs (%s); each batch size compiles", self.__name__,
+                     describe_values(full[:n_values]))
+        return family
+
+    def _known_keys(self, family: Any) -> frozenset | None:
+        """Workload keys of the family's graph with an ok record on this target (one query per family)."""
+        try:
+            graph = family.static_graph(family.sentinel)
+            groups = self._open_db().nearest_groups(
+                workload_key="", workload_family=graph.family_key, target_fingerprint=family.target.fingerprint,
+                target_family=family.target.family, implementation=None if family.rivals else family.impl.name)
+        except (KernelgenError, ModuleNotFoundError, AttributeError):
+            return None
+        return frozenset(groups.neighbours)
 
     def _check_tensor(self, i: int, a: Any, backend: str) -> None:
         dtype = str(a.dtype).removeprefix("torch.")
@@ -433,8 +542,10 @@ class CompiledFunction:
     # -- introspection ----------------------------------------------------------------------------------
     def explain(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """What runs for these inputs: ``implementation``, ``config``, ``source`` (where the config came
-        from: db, tuned, default or eager), ``reason`` (why, in words), ``implementation_hash`` (the hash
-        its tuning records carry) and ``source_path`` (the generated C++/Triton file; None when eager)."""
+        from: db, bucket, tuned, default or eager), ``reason`` (why, in words), ``implementation_hash`` (the hash
+        its tuning records carry) and ``source_path`` (the generated C++/Triton file; None when eager); when a
+        shape family's generic kernel serves them, also ``family`` (its key) and ``bucket`` (the size bucket
+        whose config runs)."""
         values, layout = self.callee.bind(args, kwargs)
         full = values + self.callee.read_state() if self.callee.state else values
         try:
@@ -443,12 +554,16 @@ class CompiledFunction:
             return {"implementation": "eager", "config": None, "source": "eager", "reason": str(exc),
                     "implementation_hash": None, "source_path": None}
         entry = self._cache.get(key) or self._prepare(full, layout, key, len(values))
-        return {"implementation": entry.impl or "eager", "config": None if entry.config is None else dict(entry.config),
+        what = {"implementation": entry.impl or "eager", "config": None if entry.config is None else dict(entry.config),
                 "source": entry.source, "reason": entry.reason, "implementation_hash": entry.hash,
                 "source_path": None if entry.path is None else str(entry.path)}
+        if entry.family is not None:
+            what.update(family=entry.family, bucket=entry.bucket)
+        return what
 
 
 _REASONS = {"db": "the best record in the tuning database", "tuned": "tuned on first call (tune='auto')",
+            "bucket": "the best record of this size's bucket (or a neighbouring bucket) in the tuning database",
             "default": "the implementation's default config (no usable tuning record)"}
 
 
@@ -456,8 +571,23 @@ def _describe_devices(tensors: list) -> str:
     return ", ".join(f"argument {i} on {a.device}" for i, a in tensors)
 
 
+VARIANTS_ENV = "KERNELGEN_MAX_VARIANTS"
+
+
+def _max_variants(value: int | None) -> int:
+    if value is None:
+        raw = os.environ.get(VARIANTS_ENV, "8")
+        if not raw.strip().isdigit():
+            raise KernelgenError(f"{VARIANTS_ENV}={raw!r} is not a count; set it to a whole number such as 8")
+        value = int(raw)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise KernelgenError(f"max_variants={value!r} must be a whole number >= 1 (default 8)")
+    return value
+
+
 def compile(fn: Callable[..., Any], backend: str = "auto", *, tune: bool | str = False, db: Any = None,
-            team_db: str | None = None, trials: int | None = None, seconds: float | None = None) -> CompiledFunction:
+            team_db: str | None = None, trials: int | None = None, seconds: float | None = None,
+            dynamic: Any = None, max_variants: int | None = None) -> CompiledFunction:
     """Compile ``fn`` into a kernelgen-dispatched callable with eager PyTorch's results and gradients.
 
     ``fn``: a function of tensors (Python constants as arguments are part of the signature), an
@@ -470,8 +600,15 @@ def compile(fn: Callable[..., Any], backend: str = "auto", *, tune: bool | str =
     ``out=`` (a preallocated output, or a sequence of them in the result's flattened order) and raise
     ``InputMismatchError`` for inputs that cannot run (wrong count, dtype, device, or shapes the function
     rejects). A graph kernelgen cannot run exactly as eager runs eagerly (the reason is logged once).
+
+    ``dynamic``: which batch dims vary at run time, so one generic kernel serves every size (no compile at
+    a new size): None (default) makes dim 0 dynamic once a second size is seen, True from the first call,
+    False never, ``{"x": [0]}`` for named arguments (see ``kernelgen.frontend.dynamic``). ``max_variants``
+    caps the shape variants compiled (default ``KERNELGEN_MAX_VARIANTS`` or 8); past it, new shapes run
+    eagerly with a warning logged once.
     """
-    return CompiledFunction(fn, backend, tune=tune, db=db, team_db=team_db, trials=trials, seconds=seconds)
+    return CompiledFunction(fn, backend, tune=tune, db=db, team_db=team_db, trials=trials, seconds=seconds,
+                            dynamic=dynamic, max_variants=max_variants)
 
 
 __all__ = ["CompiledFunction", "compile"]

@@ -75,6 +75,9 @@ class Graph:
 
     nodes: tuple[Node, ...]
     outputs: tuple[int, ...]
+    # Shape-generic graphs (``kernelgen.frontend.dynamic``): every node dim 0 of this size is the run-time
+    # batch size, passed to the kernel as an argument. 0: a static graph (and no key change for those).
+    dynamic: int = 0
 
     @property
     def input_ids(self) -> tuple[int, ...]:
@@ -100,13 +103,16 @@ class Graph:
         return {n.op for n in self.nodes}
 
     def to_json(self) -> dict[str, Any]:
-        return {"nodes": [n.to_json() for n in self.nodes], "outputs": list(self.outputs)}
+        data: dict[str, Any] = {"nodes": [n.to_json() for n in self.nodes], "outputs": list(self.outputs)}
+        if self.dynamic:
+            data["dynamic"] = self.dynamic
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Graph":
         nodes = tuple(Node(n["op"], tuple(n["inputs"]), tuple(sorted(n["attrs"].items())),
                            TensorSpec.from_json(n["spec"])) for n in data["nodes"])
-        return cls(nodes, tuple(data["outputs"]))
+        return cls(nodes, tuple(data["outputs"]), int(data.get("dynamic", 0)))
 
     @property
     def workload_key(self) -> str:

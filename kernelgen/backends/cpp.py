@@ -8,6 +8,10 @@ it builds an array of them, and dispatch overhead is a budget of 5 µs per call.
 disk under a key of source text, flags and compiler version, written atomically, so concurrent
 processes can compile the same kernel safely.
 
+Shape-generic kernels (``Source.meta["dynamic"]`` holds the index of the tensor whose dim 0 is the run-time
+batch size) take one more argument, ``int64_t n0``, after ``num_threads``; the launcher reads it from that
+tensor, so a launcher is still called with tensors only and one compiled kernel serves every batch size.
+
 Why compile and link separately: gcc links ``crtfastmath.o`` into a shared library linked with
 ``-ffast-math``, and loading it turns on flush-to-zero for the whole process, silently changing torch's
 numerics. We compile with ``-ffast-math`` (needed to vectorise erf/tanh/exp) minus its finite-math
@@ -127,13 +131,26 @@ def build_shared_library(text: str, extra_flags: tuple[str, ...] = (), name: str
 MAX_POINTER_ARGS = 16  # beyond this, per-argument conversion costs more than building the array
 
 
-def pointer_args_entry(entry: str, count: int) -> str:
+def specialise(spec: TensorSpec, sentinel: Any, n0: int) -> TensorSpec:
+    """``spec`` of a shape-generic kernel's tensor at batch size ``n0``: dim 0 of the sentinel size becomes ``n0``."""
+    if not spec.shape or spec.shape[0] != int(sentinel):
+        return spec
+    return TensorSpec((n0, *spec.shape[1:]), spec.dtype, spec.strides)
+
+
+def entry_declaration(entry: str, dynamic: bool) -> str:
+    """The ``extern "C"`` head every rendered C++ kernel opens with (``n0``: run-time batch size)."""
+    return f'extern "C" void {entry}(void* const* ptrs, int64_t num_threads{", int64_t n0" if dynamic else ""}) {{'
+
+
+def pointer_args_entry(entry: str, count: int, dynamic: bool = False) -> str:
     """C++ of ``<entry>_kgargs``: the entry point with its ``count`` pointers passed as arguments."""
     params = ", ".join(f"void* p{i}" for i in range(count))
     names = ", ".join(f"p{i}" for i in range(count))
-    return (f'\n#include <cstdint>\nextern "C" void {entry}(void* const*, int64_t);\n'
-            f'extern "C" void {entry}_kgargs({params}, int64_t num_threads) {{\n'
-            f"  void* const ptrs[] = {{{names}}};\n  {entry}(ptrs, num_threads);\n}}\n")
+    extra, pass_on = (", int64_t", ", n0") if dynamic else ("", "")
+    return (f'\n#include <cstdint>\nextern "C" void {entry}(void* const*, int64_t{extra});\n'
+            f'extern "C" void {entry}_kgargs({params}, int64_t num_threads{extra}{" n0" if dynamic else ""}) {{\n'
+            f"  void* const ptrs[] = {{{names}}};\n  {entry}(ptrs, num_threads{pass_on});\n}}\n")
 
 
 class CppKernel(Kernel):
@@ -144,14 +161,17 @@ class CppKernel(Kernel):
         self.library_path = library
         self._lib = ctypes.CDLL(str(library))
         self._fn = getattr(self._lib, source.entry)
-        self._fn.argtypes = (ctypes.POINTER(ctypes.c_void_p), ctypes.c_int64)
+        # the tensor whose dim 0 is the run-time batch size of a shape-generic kernel, else None
+        self.dynamic = int(source.meta["dynamic"]) if source.meta.get("dynamic") not in (None, "") else None
+        extra = (ctypes.c_int64,) if self.dynamic is not None else ()
+        self._fn.argtypes = (ctypes.POINTER(ctypes.c_void_p), ctypes.c_int64, *extra)
         self._fn.restype = None
         self.specs = specs
         self.num_threads = default_threads()
         self._ptr_array = ctypes.c_void_p * (len(specs) if specs else 0)
         self._args_fn = getattr(self._lib, f"{source.entry}_kgargs", None) if specs else None
         if self._args_fn is not None:
-            self._args_fn.argtypes = (ctypes.c_void_p,) * len(specs) + (ctypes.c_int64,)
+            self._args_fn.argtypes = (ctypes.c_void_p,) * len(specs) + (ctypes.c_int64, *extra)
             self._args_fn.restype = None
 
     @property
@@ -165,10 +185,14 @@ class CppKernel(Kernel):
         if len(tensors) != len(self.specs):
             raise InputMismatchError(f"kernel {self.source.entry} takes {len(self.specs)} tensors "
                                      f"(inputs then outputs), got {len(tensors)}")
+        n0 = tensors[self.dynamic].shape[0] if self.dynamic is not None and hasattr(tensors[self.dynamic], "shape") \
+            else None
         for i, (t, spec) in enumerate(zip(tensors, self.specs)):
             actual = TensorSpec.of(t) if hasattr(t, "stride") else None
             if actual is None or t.device.type != "cpu":
                 raise InputMismatchError(f"argument {i} must be a CPU torch tensor for the C++ backend")
+            if n0 is not None:  # a shape-generic kernel: dim 0 of the sentinel size is the batch size
+                spec = specialise(spec, self.source.meta["sentinel"], n0)
             if actual != spec:
                 raise InputMismatchError(f"argument {i} is {actual.dtype}{list(actual.shape)} strides "
                                          f"{list(actual.effective_strides())}; the kernel was built for "
@@ -176,12 +200,13 @@ class CppKernel(Kernel):
 
     def launch(self, *tensors: Any) -> None:
         """Launch without checks (the dispatcher checks once per signature)."""
+        extra = () if self.dynamic is None else (tensors[self.dynamic].shape[0],)
         if self._args_fn is not None:
-            self._args_fn(*[t.data_ptr() for t in tensors], self.num_threads)
+            self._args_fn(*[t.data_ptr() for t in tensors], self.num_threads, *extra)
             return
         ptrs = self._ptr_array(*[t.data_ptr() for t in tensors]) if self.specs else \
             (ctypes.c_void_p * len(tensors))(*[t.data_ptr() for t in tensors])
-        self._fn(ptrs, self.num_threads)
+        self._fn(ptrs, self.num_threads, *extra)
 
     def __call__(self, *tensors: Any) -> None:
         self.check(tensors)
@@ -221,7 +246,7 @@ class CppBackend(Backend):
         specs = tuple(TensorSpec.from_json(s) for s in json.loads(signature)) if signature else None
         text = source.text
         if specs and len(specs) <= MAX_POINTER_ARGS:
-            text += pointer_args_entry(source.entry, len(specs))
+            text += pointer_args_entry(source.entry, len(specs), source.meta.get("dynamic") not in (None, ""))
         library = build_shared_library(text, source.options)
         kernel = CppKernel(source, library, specs)
         with self._lock:

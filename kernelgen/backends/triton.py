@@ -6,6 +6,11 @@ A rendered Triton ``Source`` carries its launch facts in ``meta``: ``signature``
 TensorSpecs of inputs then outputs), ``grid`` (JSON list of ints), ``constexprs`` (JSON object passed as
 keyword arguments), ``num_warps`` and ``num_stages``. The text is written to the kernel cache and
 imported as a module: it is our own generated code, never a user's file.
+
+A shape-generic kernel also carries ``dynamic`` (the tensor whose dim 0 is the run-time batch size ``n0``),
+``sentinel`` (the dim-0 size of its specs) and ``grid_per_n0`` (``[axis, units, per_program, times]``: grid
+dim ``axis`` is ``ceil(n0 * units / per_program) * times``); ``n0`` is passed after the tensors as a plain int, which Triton
+specialises on divisibility by 16 as it does every integer argument.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelgen.backends.base import Backend, Kernel
+from kernelgen.backends.cpp import specialise
 from kernelgen.errors import CompileError, InputMismatchError, ToolchainUnavailableError
 from kernelgen.paths import atomic_write_text, cache_dir
 from kernelgen.target import Target
@@ -97,6 +103,19 @@ class TritonKernel(Kernel):
         self.fn = fn
         self.device = device  # "cpu" under the interpreter, else "cuda" (ROCm also reports cuda)
         self.specs, self.grid, self.constexprs, self.num_warps, self.num_stages = launch_meta(source)
+        meta = source.meta
+        self.dynamic = int(meta["dynamic"]) if meta.get("dynamic") not in (None, "") else None
+        self.grid_per_n0 = tuple(json.loads(meta.get("grid_per_n0", "[0, 1, 1, 1]")))
+
+    def _launch_grid(self, tensors: tuple[Any, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(grid, extra scalar arguments) of a launch on ``tensors``."""
+        if self.dynamic is None:
+            return self.grid, ()
+        n0 = int(tensors[self.dynamic].shape[0])
+        axis, units, per, times = self.grid_per_n0
+        grid = list(self.grid)
+        grid[axis] = -(-n0 * units // per) * times
+        return tuple(grid), (n0,)
 
     @property
     def source_file(self) -> Path:
@@ -113,8 +132,11 @@ class TritonKernel(Kernel):
                 raise InputMismatchError(f"argument {i} of {self.source.entry} is a {type(t).__name__}, not a "
                                          f"torch tensor on the {_WHERE[self.device]}")
         self.device_of(tensors)
+        n0 = self._launch_grid(tensors)[1]
         for i, (t, spec) in enumerate(zip(tensors, self.specs or ())):
             actual = TensorSpec.of(t)
+            if n0:
+                spec = specialise(spec, self.source.meta["sentinel"], n0[0])
             if actual != spec:
                 raise InputMismatchError(f"argument {i} is {actual.dtype}{list(actual.shape)} strides "
                                          f"{list(actual.effective_strides())}; the kernel was built for "
@@ -144,7 +166,8 @@ class TritonKernel(Kernel):
         """Launch without the spec checks (the caller's signature key did them), but on the tensors' device:
         mixed devices raise ``InputMismatchError``, and a GPU launch runs on the GPU holding the tensors, not
         on the current one. Triton compiles on the first launch, so compile failures surface here."""
-        if any(g == 0 for g in self.grid):
+        grid, extra = self._launch_grid(tensors)
+        if any(g == 0 for g in grid):
             return  # empty problem
         device = self.device_of(tensors)
         try:
@@ -153,10 +176,10 @@ class TritonKernel(Kernel):
                 import torch
 
                 with torch.cuda.device(device):
-                    self.fn[self.grid](*tensors, num_warps=self.num_warps, num_stages=self.num_stages,
-                                       **self.constexprs)
+                    self.fn[grid](*tensors, *extra, num_warps=self.num_warps, num_stages=self.num_stages,
+                                  **self.constexprs)
             else:
-                self.fn[self.grid](*tensors, num_warps=self.num_warps, num_stages=self.num_stages, **self.constexprs)
+                self.fn[grid](*tensors, *extra, num_warps=self.num_warps, num_stages=self.num_stages, **self.constexprs)
         except Exception as exc:
             from triton.compiler.errors import CompilationError
             from triton.runtime.errors import InterpreterError

@@ -250,7 +250,7 @@ static void gemm_coop(const Ctx& cx, acc_t* bp, int nt) {
   }
 }
 
-extern "C" void @ENTRY@(void* const* ptrs, int64_t num_threads) {
+@ENTRY_HEAD@
   if (M == 0 || N == 0 || NBATCH == 0) return;
   int nt = num_threads < 1 ? 1 : int(num_threads);
   // Small problems are not worth waking the thread pool.
@@ -267,7 +267,7 @@ extern "C" void @ENTRY@(void* const* ptrs, int64_t num_threads) {
   const int64_t w_count = own_w ? M * N * (batch_parallel ? nt : 1) : 0;
   acc_t* wbuf = own_w ? (acc_t*)shared_w.get(sizeof(acc_t) * w_count) : nullptr;
   auto make_ctx = [&](int64_t bi, acc_t* w) {
-    Ctx cx{A, B, C, w, batch_offsets(bi), bi, ptrs};
+    Ctx cx{A, B, C, w, batch_offsets(bi), bi, ptrs, M};
     if (!own_w) cx.W = (acc_t*)(void*)(C + cx.off.c);
     return cx;
   };

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import json
 
+from kernelgen.backends.cpp import entry_declaration
 from kernelgen.codegen import cpp_expr
 from kernelgen.space import Constraint, Param, SearchSpace
 from kernelgen.target import Target
 from kernelgen.templates.attention import AttentionProblem
+from kernelgen.templates.indexing import dynamic_meta, dynamic_source
 from kernelgen.values import Config, FrozenMap, Source
 
 BLOCK_M_CHOICES = (8, 16, 24, 32, 48, 64, 96, 128)
@@ -304,8 +306,9 @@ static void attend_block(void* const* ptrs, int64_t b, int64_t h, int64_t i0, ac
   }
 }
 
-extern "C" void @ENTRY@(void* const* ptrs, int64_t num_threads) {
-  constexpr int64_t NQB = (LQ + BM - 1) / BM, TASKS = B * H * NQB;
+@ENTRY_HEAD@
+  constexpr int64_t NQB = (LQ + BM - 1) / BM;
+  const int64_t TASKS = B * H * NQB;
   constexpr int64_t BUF = D * BM + (BN + 2 * MR) * D + BN * DVP + (BN + MR) * BM + BM * DVP + 4 * BM;
   if (TASKS == 0) return;
   int nt = num_threads < 1 ? 1 : int(num_threads);
@@ -341,6 +344,11 @@ def render(problem: AttentionProblem, config: Config, target: Target) -> Source:
     }
     for name, operand in (("Q", p.q), ("K", p.k), ("V", p.v)):
         consts.update({f"{name}_S{axis}": stride for axis, stride in zip("BHSD", operand.strides)})
+    # Shape-generic: the batch B is the run-time n0 (only the task count reads it); the rest stays static.
+    dyn = dynamic_source(graph, (p.batch, p.heads, p.q_len))
+    if dyn is not None:
+        del consts["B"]
+    head = entry_declaration("kg_attention", dyn is not None) + ("\n  const int64_t B = n0;" if dyn is not None else "")
     header = [
         "#include <cstdlib>", "#include <algorithm>", "#include <type_traits>",
         f"typedef {acc} acc_t;",
@@ -358,9 +366,9 @@ def render(problem: AttentionProblem, config: Config, target: Target) -> Source:
         f"#define STORE_OUT(x) ({cpp_expr.convert(p.out_dtype, '(x)')})",
     ]
     entry = "kg_attention"
-    text = "\n".join([cpp_expr.PRELUDE, *header, _KERNEL.replace("@ENTRY@", entry)])
+    text = "\n".join([cpp_expr.PRELUDE, *header, _KERNEL.replace("@ENTRY_HEAD@", head)])
     signature = [spec.to_json() for spec in (*graph.signature, *graph.output_specs)]
-    return Source("cpp", text, entry, (), FrozenMap(signature=json.dumps(signature)))
+    return Source("cpp", text, entry, (), FrozenMap(signature=json.dumps(signature), **dynamic_meta(graph, dyn)))
 
 
 __all__ = ["render", "space", "vector_isa"]

@@ -17,6 +17,7 @@ from kernelgen.codegen.triton_expr import HEADER, TL_DTYPE, kernel_params, pow2_
 from kernelgen.space import Constraint, Param, SearchSpace
 from kernelgen.target import Target
 from kernelgen.templates.attention import AttentionProblem
+from kernelgen.templates.indexing import dynamic_meta, dynamic_source
 from kernelgen.values import Config, FrozenMap, Source
 
 ENTRY = "kg_attention"
@@ -103,7 +104,9 @@ def render(problem: AttentionProblem, config: Config, target: Target) -> Source:
                    *(sum((s - 1) * st for s, st in zip((p.batch, p.heads, n, dim), op.strides))
                      for op, n, dim in ((p.q, p.q_len, p.head_dim), (p.k, p.kv_len, p.head_dim),
                                         (p.v, p.kv_len, p.v_dim)))) >= 2**31
-    wide = ".to(tl.int64)" if index_64 else ""
+    # Shape-generic: the batch is the run-time n0, only the grid's (batch x heads) axis grows with it.
+    dyn = dynamic_source(p.graph, (p.batch, p.heads, p.q_len))
+    wide = ".to(tl.int64)" if index_64 or dyn is not None else ""
     q_ptr = tile_offset([("offs_m[:, None]", p.q.strides[2]), ("offs_d[None, :]", p.q.strides[3])])
     q_mask = " & ".join(x for x in (f"(offs_m[:, None] < {p.q_len})", d_mask) if x)
     if p.causal:  # query i sees keys j <= i: blocks below start_m * BLOCK_M are fully visible
@@ -141,10 +144,11 @@ def render(problem: AttentionProblem, config: Config, target: Target) -> Source:
         from kernelgen.codegen.triton_expr import bf16_round
 
         lines[-1] = lines[-1].replace("out.to(tl.bfloat16)", f"{bf16_round('out')}.to(tl.bfloat16)")
-    params = ", ".join(kernel_params(p.graph))
+    params = ", ".join([*kernel_params(p.graph), *(["n0"] if dyn is not None else [])])
     text = HEADER + f"@triton.jit\ndef {ENTRY}({params}, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):\n" + \
         "\n".join("    " + ln for ln in lines) + "\n"
     meta = FrozenMap({"signature": signature_json(p.graph), "grid": json.dumps([-(-p.q_len // bm), p.batch * p.heads]),
                       "constexprs": json.dumps({"BLOCK_M": bm, "BLOCK_N": bn}), "num_warps": int(config["num_warps"]),
-                      "num_stages": int(config["num_stages"])})
+                      "num_stages": int(config["num_stages"]), **dynamic_meta(p.graph, dyn),
+                      **({"grid_per_n0": json.dumps([1, p.heads, 1, 1])} if dyn is not None else {})})
     return Source("triton", text, ENTRY, meta=meta)

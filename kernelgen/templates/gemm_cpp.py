@@ -4,7 +4,8 @@ Loop order is BLIS's (jc → pc → ic → jr → ir) with MC/NC/KC cache blocks
 with AVX2, zmm with AVX-512); the epilogue (any pointwise DAG on the accumulator, see ``GemmProblem``)
 runs on each row of a micro-tile as the last K block lands, so the product never makes a round trip
 through memory before it. Batch dims that are contiguous with M (for example a weight broadcast over a
-batch of activations) fold into M.
+batch of activations) fold into M. Shape-generic kernels take the batch size (dim 0) at run time: it is a
+factor of M or of the batch loop, never of N or K, which the tiling needs static.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from kernelgen.backends.cpp import entry_declaration
 from kernelgen.codegen import cpp_expr
 from kernelgen.space import Constraint, Param, SearchSpace
 from kernelgen.target import Target
 from kernelgen.templates import _gemm_cpp_kernels as kernels
 from kernelgen.templates.gemm import GemmProblem
+from kernelgen.templates.indexing import dynamic_meta, dynamic_source
 from kernelgen.values import Config, FrozenMap, Source
 
 MR_CHOICES = (1, 2, 3, 4, 6, 8, 12)
@@ -137,7 +140,8 @@ def _batch_offsets(layout: Layout, nloads: int) -> str:
     lines = ["static inline Offs batch_offsets(int64_t bi) {", "  Offs o{};", "  int64_t r = bi, i = 0;",
              "  (void)r; (void)i;"]
     for d in range(len(layout.batch) - 1, -1, -1):
-        lines.append(f"  i = r % {layout.batch[d]}; r /= {layout.batch[d]};")
+        # the outermost index needs no size (it may be the run-time batch size)
+        lines.append("  i = r;" if d == 0 else f"  i = r % {layout.batch[d]}; r /= {layout.batch[d]};")
         terms = [f"o.a += i * {layout.a_batch[d]};", f"o.b += i * {layout.b_batch[d]};",
                  f"o.c += i * {layout.c_batch[d]};"]
         terms += [f"o.l[{j}] += i * {layout.loads_batch[j][d]};" for j in range(nloads)]
@@ -182,6 +186,13 @@ def render(problem: GemmProblem, config: Config, target: Target) -> Source:
     nloads = len(problem.loads)
     out_ctype = cpp_expr.storage_type(problem.out_dtype)
     out_is_acc = out_ctype == acc and problem.out_dtype in ("float32", "float64")
+    # Shape-generic: the run-time batch size n0 folds into M (batch dims contiguous with it) or is the
+    # outermost loop of NBATCH; either is then a value of the entry (and of Ctx), not a constant.
+    dyn = dynamic_source(graph, (*problem.batch, problem.m))
+    runtime = {}
+    if dyn is not None:
+        name, size = ("NBATCH", nbatch) if layout.batch else ("M", layout.m)
+        runtime[name] = f"n0 * {size // graph.dynamic}"
     consts = {
         "DYNAMIC": int(config["SCHED"] == "dynamic"), "M": layout.m, "N": problem.n, "K": problem.k, "NBATCH": nbatch,
         "MR": config["MR"], "NR": config["NR"], "MC": config["MC"], "NC": config["NC"], "KC": config["KC"],
@@ -189,6 +200,8 @@ def render(problem: GemmProblem, config: Config, target: Target) -> Source:
         "B_SN": problem.b.strides[-1], "A_ARG": problem.a.arg, "B_ARG": problem.b.arg,
         "OUT_ARG": len(graph.signature),
     }
+    for name in runtime:
+        del consts[name]
     header = [
         f"typedef {cpp_expr.storage_type(problem.a.dtype)} a_t;",
         f"typedef {cpp_expr.storage_type(problem.b.dtype)} b_t;",
@@ -200,15 +213,19 @@ def render(problem: GemmProblem, config: Config, target: Target) -> Source:
         f"static inline acc_t load_b(b_t x) {{ return (acc_t){cpp_expr.load(problem.b.dtype, 'x')}; }}",
         f"struct Offs {{ int64_t a, b, c; int64_t l[{max(nloads, 1)}]; }};",
         _batch_offsets(layout, nloads),
-        "struct Ctx { const a_t* A; const b_t* B; out_t* C; acc_t* W; Offs off; int64_t bi; void* const* ptrs; };",
+        "struct Ctx { const a_t* A; const b_t* B; out_t* C; acc_t* W; Offs off; int64_t bi; void* const* ptrs; "
+        "int64_t m; };",
+        *(["#define M (cx.m)"] if "M" in runtime else []),  # the kernels below read M through their Ctx
         _finish_row(problem, layout),
     ]
     micro = kernels.MICROKERNEL.replace("@VECTOR_BYTES@", str(vector_isa(target)[0]))
     entry = "kg_gemm"
+    head = "\n".join([*(["#undef M"] if "M" in runtime else []), entry_declaration(entry, dyn is not None),
+                      *(f"  const int64_t {name} = {value};" for name, value in runtime.items())])
     text = "\n".join([cpp_expr.PRELUDE, kernels.PRELUDE, *header, kernels.PACKING, micro,
-                      kernels.DRIVER.replace("@ENTRY@", entry)])
+                      kernels.DRIVER.replace("@ENTRY_HEAD@", head).replace("@ENTRY@", entry)])
     signature = [spec.to_json() for spec in (*graph.signature, *graph.output_specs)]
-    return Source("cpp", text, entry, (), FrozenMap(signature=json.dumps(signature)))
+    return Source("cpp", text, entry, (), FrozenMap(signature=json.dumps(signature), **dynamic_meta(graph, dyn)))
 
 
 __all__ = ["Layout", "acc_type", "fold", "render", "space"]

@@ -16,6 +16,7 @@ from kernelgen.codegen.triton_expr import (HEADER, ExprEmitter, kernel_params, o
 from kernelgen.space import Constraint, Param, SearchSpace
 from kernelgen.target import Target
 from kernelgen.templates.gemm import GemmProblem
+from kernelgen.templates.indexing import dynamic_meta, dynamic_source
 from kernelgen.values import Config, FrozenMap, Source
 
 ENTRY = "kg_gemm"
@@ -83,15 +84,22 @@ def render(problem: GemmProblem, config: Config, target: Target) -> Source:
                    _max_offset(p.batch + (p.k, p.n), p.b.strides),
                    *(_max_offset(out_shape, ld.strides) for ld in p.loads)) >= 2**31
     grid_m, grid_n = -(-p.m // bm), -(-p.n // bn)
+    # Shape-generic: the run-time n0 is the outermost batch dim (grid axis 1) or a factor of M; M is then
+    # a value of the kernel (``M = n0 * k``), its tile rows ``tl.cdiv(M, BLOCK_M)`` and always masked.
+    dyn = dynamic_source(g, out_shape)
+    m_dyn = dyn is not None and not p.batch
+    index_64 = index_64 or dyn is not None
+    m_val, grid_m_val = (("M", "tl.cdiv(M, BLOCK_M)") if m_dyn else (str(p.m), str(grid_m)))
     precision = ', input_precision="ieee"' if p.a.dtype in ("float32", "float64") else ""  # as torch: no tf32
     wide = ".to(tl.int64)" if index_64 else ""
     lines = [
+        *([f"M = n0 * {p.m // g.dynamic}"] if m_dyn else []),
         "pid = tl.program_id(0)",
         "bid = tl.program_id(1)" + wide,
         f"num_pid_in_group = GROUP_M * {grid_n}",
         "group_id = pid // num_pid_in_group",
         "first_pid_m = group_id * GROUP_M",
-        f"group_size_m = min({grid_m} - first_pid_m, GROUP_M)",
+        f"group_size_m = min({grid_m_val} - first_pid_m, GROUP_M)",
         "pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)",
         "pid_n = (pid % num_pid_in_group) // group_size_m",
         f"offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){wide}",
@@ -107,7 +115,7 @@ def render(problem: GemmProblem, config: Config, target: Target) -> Source:
     # Masks only where a tile can overhang; masked loads keep their contiguity, so they stay vectorised
     # and pipelined (cp.async zero-fills), unlike wrapping indices with a modulo.
     k_tail = p.k % bk != 0
-    a_mask = [m for m, need in ((f"(offs_m[:, None] < {p.m})", p.m % bm != 0),
+    a_mask = [m for m, need in ((f"(offs_m[:, None] < {m_val})", m_dyn or p.m % bm != 0),
                                 ("(offs_k[None, :] < k_left)", k_tail)) if need]
     b_mask = [m for m, need in (("(offs_k[:, None] < k_left)", k_tail),
                                 (f"(offs_n[None, :] < {p.n})", p.n % bn != 0)) if need]
@@ -118,7 +126,7 @@ def render(problem: GemmProblem, config: Config, target: Target) -> Source:
     lines += [f"    acc = tl.dot(a, b, acc{precision})",
               f"    a_ptrs += BLOCK_K * {p.a.strides[-1]}",
               f"    b_ptrs += BLOCK_K * {p.b.strides[-2]}",
-              f"mask = (offs_m[:, None] < {p.m}) & (offs_n[None, :] < {p.n})"]
+              f"mask = (offs_m[:, None] < {m_val}) & (offs_n[None, :] < {p.n})"]
     names = {p.matmul: "acc"}
     for ld in p.loads:
         var = f"x{ld.node}"
@@ -135,11 +143,13 @@ def render(problem: GemmProblem, config: Config, target: Target) -> Source:
     out = g.outputs[0]
     value = to_storage(emitter.names[out], g.nodes[out].spec.dtype, p.out_dtype, interp)
     lines.append(f"tl.store(out0 + bid * {p.m * p.n} + offs_m[:, None] * {p.n} + offs_n[None, :], {value}, mask=mask)")
-    params = ", ".join(kernel_params(g))
+    params = ", ".join([*kernel_params(g), *(["n0"] if dyn is not None else [])])
     text = HEADER + (f"@triton.jit\ndef {ENTRY}({params}, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, "
                      "BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):\n") + "\n".join("    " + ln for ln in lines) + "\n"
     constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": int(config["GROUP_M"])}
     meta = FrozenMap({"signature": signature_json(g), "grid": json.dumps([grid_m * grid_n, batch_count]),
                       "constexprs": json.dumps(constexprs), "num_warps": int(config["num_warps"]),
-                      "num_stages": int(config["num_stages"])})
+                      "num_stages": int(config["num_stages"]), **dynamic_meta(g, dyn),
+                      **({} if dyn is None else {"grid_per_n0": json.dumps(
+                          [0, p.m // g.dynamic, bm, grid_n] if m_dyn else [1, batch_count // g.dynamic, 1, 1])})})
     return Source("triton", text, ENTRY, meta=meta)

@@ -11,6 +11,24 @@ from dataclasses import dataclass
 
 from kernelgen.ir import Graph
 
+# -- shape-generic kernels ---------------------------------------------------------------------------------
+# A graph with ``graph.dynamic == S`` (S >= 2, a size found nowhere else in the graph) has a run-time batch
+# size: every node's dim 0 of size S stands for it. Renderers take it as the argument ``n0`` and read it
+# from dim 0 of the input ``dynamic_source`` names (the launcher does), so one kernel serves every size.
+
+
+def dynamic_source(graph: Graph, shape: tuple[int, ...]) -> int | None:
+    """Index of the graph input whose dim 0 is the run-time batch size, when iteration ``shape`` has it at
+    dim 0; None for a static kernel."""
+    if not graph.dynamic or not shape or shape[0] != graph.dynamic:
+        return None
+    return next((a for a, spec in enumerate(graph.signature) if spec.shape[:1] == (graph.dynamic,)), None)
+
+
+def dynamic_meta(graph: Graph, source: int | None) -> dict[str, str]:
+    """``Source.meta`` entries that tell a backend to pass the batch size (empty for a static kernel)."""
+    return {} if source is None else {"dynamic": str(source), "sentinel": str(graph.dynamic)}
+
 
 @dataclass(frozen=True)
 class Load:

@@ -2,16 +2,19 @@
 
 Dimensions are collapsed wherever every array (loads and the contiguous outputs) is contiguous across
 them, so a same-shape chain is one flat loop and a row-broadcast bias is rows × an inner loop over the
-last dim. Work items (blocks of about ``block`` elements) are spread over OpenMP threads.
+last dim. Work items (blocks of about ``block`` elements) are spread over OpenMP threads. Shape-generic: a run-time
+batch size ``n0`` (dim 0) only changes the collapsed outermost extent, so the tunables keep their meaning.
 """
 
 from __future__ import annotations
 
 import json
 
+from kernelgen.backends.cpp import entry_declaration
 from kernelgen.codegen import cpp_expr
 from kernelgen.space import Constraint, Param, SearchSpace
 from kernelgen.target import Target
+from kernelgen.templates.indexing import dynamic_meta, dynamic_source
 from kernelgen.templates.pointwise import PointwiseProblem
 from kernelgen.values import Config, FrozenMap, Source, TensorSpec
 
@@ -85,7 +88,8 @@ def render(problem: PointwiseProblem, config: Config, target: Target) -> Source:
     empty = rows * inner == 0  # nothing to compute; keep the entry point so callers need no special case
     inner = max(inner, 1)
 
-    lines = [cpp_expr.PRELUDE, f'extern "C" void {ENTRY}(void* const* ptrs, int64_t num_threads) {{']
+    dyn = dynamic_source(graph, problem.shape)
+    lines = [cpp_expr.PRELUDE, entry_declaration(ENTRY, dyn is not None)]
     for a, spec in enumerate(graph.signature):
         t = cpp_expr.storage_type(spec.dtype)
         lines.append(f"  const {t}* __restrict in{a} = (const {t}*)ptrs[{a}];")
@@ -100,17 +104,23 @@ def render(problem: PointwiseProblem, config: Config, target: Target) -> Source:
             env[ld.node] = f"s{ld.node}"
 
     block = int(config["block"])
-    rows_per_item = max(1, block // inner)
-    cols_per_item = min(inner, block)
-    col_items = -(-inner // cols_per_item)
-    items = 0 if empty else -(-rows // rows_per_item) * col_items
-    lines += [f"  const int64_t items = {items};",
-              f"  #pragma omp parallel for schedule({config['schedule']}) num_threads(num_threads) if(items > 1 && {int(rows * inner >= PARALLEL_MIN)})",
+    # Sizes are C++ values, so a shape-generic kernel (dim 0 of run-time size ``n0``) and a static one share
+    # this code; for a static kernel they are literals the compiler folds.
+    rows_c, inner_c = str(rows), str(inner)
+    if dyn is not None:  # collapsing only merges dims into their outer neighbour, so n0 is a factor of sizes[0]
+        factor = graph.dynamic
+        rows_c, inner_c = (f"n0 * {rows // factor}", inner_c) if outer else ("1", f"n0 * {inner // factor}")
+    lines += [f"  const int64_t rows = {rows_c}, inner = {inner_c};",
+              f"  const int64_t rows_per_item = {block} / inner > 1 ? {block} / inner : 1;",
+              f"  const int64_t cols_per_item = inner < {block} ? inner : {block};",
+              "  const int64_t col_items = (inner + cols_per_item - 1) / cols_per_item;",
+              f"  const int64_t items = {0 if empty else '(rows + rows_per_item - 1) / rows_per_item * col_items'};",
+              f"  #pragma omp parallel for schedule({config['schedule']}) num_threads(num_threads) if(items > 1 && rows * inner >= {PARALLEL_MIN})",
               "  for (int64_t t = 0; t < items; ++t) {",
-              f"    const int64_t r0 = (t / {col_items}) * {rows_per_item};",
-              f"    const int64_t r1 = r0 + {rows_per_item} < {rows} ? r0 + {rows_per_item} : {rows};",
-              f"    const int64_t j0 = (t % {col_items}) * {cols_per_item};",
-              f"    const int64_t j1 = j0 + {cols_per_item} < {inner} ? j0 + {cols_per_item} : {inner};",
+              "    const int64_t r0 = (t / col_items) * rows_per_item;",
+              "    const int64_t r1 = r0 + rows_per_item < rows ? r0 + rows_per_item : rows;",
+              "    const int64_t j0 = (t % col_items) * cols_per_item;",
+              "    const int64_t j1 = j0 + cols_per_item < inner ? j0 + cols_per_item : inner;",
               "    for (int64_t r = r0; r < r1; ++r) {"]
     # Per-row base pointers: decompose r over the collapsed outer dims.
     arrays = [(f"in{ld.arg}", ld, st) for ld, st in zip(problem.loads, load_strides) if not ld.is_scalar]
@@ -118,8 +128,9 @@ def render(problem: PointwiseProblem, config: Config, target: Target) -> Source:
     row_lines = []
     if outer:
         row_lines.append("      int64_t rem = r;")
-        for d in range(len(outer) - 1, -1, -1):
+        for d in range(len(outer) - 1, 0, -1):
             row_lines.append(f"      const int64_t i{d} = rem % {outer[d]}; rem /= {outer[d]};")
+        row_lines.append("      const int64_t i0 = rem;")  # the outermost index needs no size (it may be n0)
     for name, ld, st in arrays:
         offset = " + ".join(f"i{d} * {st[d]}" for d in range(len(outer)) if st[d]) or "0"
         ptr_t = cpp_expr.storage_type(ld.dtype)
@@ -143,7 +154,8 @@ def render(problem: PointwiseProblem, config: Config, target: Target) -> Source:
     lines += ["        " + b for b in body]
     lines += ["      }", "    }", "  }", "}", ""]
     signature = json.dumps([s.to_json() for s in (*graph.signature, *out_specs)])
-    return Source("cpp", "\n".join(lines), ENTRY, meta=FrozenMap(signature=signature, template="pointwise"))
+    return Source("cpp", "\n".join(lines), ENTRY, meta=FrozenMap(signature=signature, template="pointwise",
+                                                              **dynamic_meta(graph, dyn)))
 
 
 __all__ = ["ENTRY", "collapse", "render", "space"]

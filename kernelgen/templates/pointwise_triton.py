@@ -13,6 +13,7 @@ from kernelgen.codegen.triton_expr import (HEADER, ExprEmitter, kernel_params, o
                                            signature_json, to_compute, to_storage)
 from kernelgen.space import Constraint, Param, SearchSpace
 from kernelgen.target import Target
+from kernelgen.templates.indexing import dynamic_meta, dynamic_source
 from kernelgen.templates.pointwise import PointwiseProblem
 from kernelgen.values import Config, FrozenMap, Source
 
@@ -45,10 +46,14 @@ def render(problem: PointwiseProblem, config: Config, target: Target) -> Source:
     numel = problem.numel
     index_64 = max(numel, *(sum((s - 1) * st for s, st in zip(problem.shape, ld.strides)) + 1
                             for ld in problem.loads)) >= 2**31 if problem.loads else numel >= 2**31
-    lines = [f"@triton.jit", f"def {ENTRY}({', '.join(kernel_params(graph))}, BLOCK_SIZE: tl.constexpr):",
-             "    pid = tl.program_id(0)" + (".to(tl.int64)" if index_64 else ""),
+    # Shape-generic: n0 (run-time dim 0) scales the element count; the index is 64-bit as any n0 may come.
+    dyn = dynamic_source(graph, problem.shape)
+    per_n0 = numel // graph.dynamic if dyn is not None else 0
+    params = [*kernel_params(graph), *(["n0"] if dyn is not None else [])]
+    lines = [f"@triton.jit", f"def {ENTRY}({', '.join(params)}, BLOCK_SIZE: tl.constexpr):",
+             "    pid = tl.program_id(0)" + (".to(tl.int64)" if index_64 or dyn is not None else ""),
              "    offs = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)",
-             f"    mask = offs < {numel}"]
+             f"    mask = offs < {numel if dyn is None else f'n0 * {per_n0}'}"]
     interp = target.kind == "cpu"
     names: dict[int, str] = {}
     block_valued: set[int] = set()
@@ -78,5 +83,6 @@ def render(problem: PointwiseProblem, config: Config, target: Target) -> Source:
     grid = [-(-numel // block)]
     meta = FrozenMap({"signature": signature_json(graph), "grid": json.dumps(grid),
                       "constexprs": json.dumps({"BLOCK_SIZE": block}), "num_warps": int(config["num_warps"]),
-                      "num_stages": 1})
+                      "num_stages": 1, **dynamic_meta(graph, dyn),
+                      **({"grid_per_n0": json.dumps([0, per_n0, block, 1])} if dyn is not None else {})})
     return Source("triton", HEADER + "\n".join(lines) + "\n", ENTRY, meta=meta)

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import json
 
+from kernelgen.backends.cpp import entry_declaration
 from kernelgen.codegen import cpp_expr
 from kernelgen.ir import Graph
 from kernelgen.space import Constraint, Param, SearchSpace
 from kernelgen.target import Target
+from kernelgen.templates.indexing import dynamic_meta, dynamic_source
 from kernelgen.templates.reduction import ReductionProblem
 from kernelgen.values import Config, FrozenMap, Source, TensorSpec
 
@@ -398,26 +400,29 @@ def render(problem: ReductionProblem, config: Config, target: Target) -> Source:
     # only pass there is
     prefetch_pass = -1 if not config["prefetch"] else (1 if n_passes + bool(element_outs) > 1 else 0)
 
-    lines = [cpp_expr.PRELUDE, "#include <cstdlib>", "#include <limits>",
-             f'extern "C" void {ENTRY}(void* const* ptrs, int64_t num_threads) {{']
+    dyn = dynamic_source(graph, problem.shape)
+    lines = [cpp_expr.PRELUDE, "#include <cstdlib>", "#include <limits>", entry_declaration(ENTRY, dyn is not None)]
     for a, spec in enumerate(graph.signature):
         t = cpp_expr.storage_type(spec.dtype)
         lines.append(f"  const {t}* __restrict in{a} = (const {t}*)ptrs[{a}];")
     for k, spec in enumerate(out_specs):
         t = cpp_expr.storage_type(spec.dtype)
         lines.append(f"  {t}* __restrict out{k} = ({t}*)ptrs[{n_in + k}];")
-    parallel = int(rows > 1 and rows * n >= PARALLEL_MIN)  # tiny problems: waking threads costs more
-    lines.append(f"  #pragma omp parallel num_threads(num_threads) if({parallel})")
+    # rows is a C++ value: the literal, or n0 times the static leading dims of a shape-generic kernel
+    lines.append(f"  const int64_t rows = {rows if dyn is None else f'n0 * {rows // graph.dynamic}'};")
+    # tiny problems: waking threads costs more
+    lines.append(f"  #pragma omp parallel num_threads(num_threads) if(rows > 1 && rows * {n} >= {PARALLEL_MIN})")
     lines.append("  {")
     for i in buffers:  # per-thread row buffers, allocated once per launch
         ctype = _ctype(graph, i)
         lines.append(f"    {ctype}* __restrict cache{i} = ({ctype}*)std::aligned_alloc(64, {(n * 8 + 63) // 64 * 64});")
     lines.append(f"    #pragma omp for schedule({config['schedule']}, {config['rows_per_task']})")
-    lines.append(f"    for (int64_t r = 0; r < {rows}; ++r) {{")
+    lines.append("    for (int64_t r = 0; r < rows; ++r) {")
     if leading:
         lines.append("      int64_t rem = r;")
-        for d in range(len(leading) - 1, -1, -1):
+        for d in range(len(leading) - 1, 0, -1):
             lines.append(f"      const int64_t i{d} = rem % {leading[d]}; rem /= {leading[d]};")
+        lines.append("      const int64_t i0 = rem;")  # the outermost index needs no size (it may be n0)
     row = _Row(problem, config)
     for ld in problem.loads:
         offset = " + ".join(f"i{d} * {ld.strides[d]}" for d in range(len(leading)) if ld.strides[d]) or "0"
@@ -429,7 +434,7 @@ def render(problem: ReductionProblem, config: Config, target: Target) -> Source:
     if prefetch_pass >= 0:
         for ld in _next_row_loads(problem):  # the last row prefetches itself again: harmless, no branch
             t = cpp_expr.storage_type(ld.dtype)
-            lines.append(f"      const {t}* nx{ld.node} = p{ld.node} + (r + 1 < {rows} ? {ld.strides[-2]} : 0);")
+            lines.append(f"      const {t}* nx{ld.node} = p{ld.node} + (r + 1 < rows ? {ld.strides[-2]} : 0);")
     for i, k in in_place.items():
         lines.append(f"      {_ctype(graph, i)}* __restrict cache{i} = out{k} + r * {n};")
     row.lines = lines
@@ -451,7 +456,8 @@ def render(problem: ReductionProblem, config: Config, target: Target) -> Source:
     lines += [f"    std::free(cache{i});" for i in buffers]
     lines += ["  }", "}", ""]
     signature = json.dumps([s.to_json() for s in (*graph.signature, *out_specs)])
-    return Source("cpp", "\n".join(lines), ENTRY, meta=FrozenMap(signature=signature, template="reduction"))
+    return Source("cpp", "\n".join(lines), ENTRY, meta=FrozenMap(signature=signature, template="reduction",
+                                                              **dynamic_meta(graph, dyn)))
 
 
 __all__ = ["ENTRY", "levels", "online_pairs", "render", "space"]

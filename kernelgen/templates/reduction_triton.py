@@ -16,7 +16,7 @@ from kernelgen.codegen.triton_expr import (HEADER, TL_DTYPE, ExprEmitter, comput
                                            offset_expr, pow2_at_least, signature_json, to_compute, to_storage)
 from kernelgen.space import Constraint, Param, SearchSpace
 from kernelgen.target import Target
-from kernelgen.templates.indexing import Load
+from kernelgen.templates.indexing import Load, dynamic_meta, dynamic_source
 from kernelgen.templates.reduction import ReductionProblem
 from kernelgen.values import Config, FrozenMap, Source
 
@@ -185,12 +185,14 @@ class _Renderer:
 
     def render(self) -> str:
         p = self.p
-        index_64 = p.rows * p.row_len >= 2**31 or any(
+        # Shape-generic: n0 (run-time dim 0) scales the row count; the index is 64-bit as any n0 may come.
+        dyn = dynamic_source(self.g, p.shape)
+        index_64 = dyn is not None or p.rows * p.row_len >= 2**31 or any(
             sum((s - 1) * st for s, st in zip(p.shape, ld.strides)) >= 2**31 for ld in p.loads)
         rows_expr = "pid * ROWS + tl.arange(0, ROWS)[:, None]"
         self.out("pid = tl.program_id(0)")
         self.out(f"rows = ({rows_expr}).to(tl.int64)" if index_64 else f"rows = {rows_expr}")
-        self.out(f"row_mask = rows < {p.rows}")
+        self.out(f"row_mask = rows < {p.rows if dyn is None else f'n0 * {p.rows // self.g.dynamic}'}")
         self.out("cols0 = tl.arange(0, BLOCK_N)[None, :]")
         self.row_loads()
         self.finish_rows()
@@ -204,7 +206,7 @@ class _Renderer:
                 dtype = self.g.nodes[o].spec.dtype
                 value = f"tl.broadcast_to({self.row_names[o]}, [ROWS, 1])"
                 self.out(f"tl.store(out{j} + rows, {to_storage(value, dtype, dtype, self.interp)}, mask=row_mask)")
-        params = ", ".join(kernel_params(self.g))
+        params = ", ".join([*kernel_params(self.g), *(["n0"] if dyn is not None else [])])
         helpers = _NAN_HELPERS if self.nan_helpers else ""
         signature = f"def {ENTRY}({params}, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):\n"
         return HEADER + helpers + "@triton.jit\n" + signature + "\n".join(self.lines) + "\n"
@@ -288,7 +290,11 @@ class _Renderer:
 def render(problem: ReductionProblem, config: Config, target: Target) -> Source:
     text = _Renderer(problem, config, target).render()
     rows = int(config["ROWS"])
-    meta = FrozenMap({"signature": signature_json(problem.graph), "grid": json.dumps([-(-problem.rows // rows)]),
+    graph = problem.graph
+    dyn = dynamic_source(graph, problem.shape)
+    grid_per_n0 = {"grid_per_n0": json.dumps([0, problem.rows // graph.dynamic, rows, 1])} if dyn is not None else {}
+    meta = FrozenMap({"signature": signature_json(graph), "grid": json.dumps([-(-problem.rows // rows)]),
                       "constexprs": json.dumps({"ROWS": rows, "BLOCK_N": int(config["BLOCK_N"])}),
-                      "num_warps": int(config["num_warps"]), "num_stages": 1})
+                      "num_warps": int(config["num_warps"]), "num_stages": 1, **dynamic_meta(graph, dyn),
+                      **grid_per_n0})
     return Source("triton", text, ENTRY, meta=meta)

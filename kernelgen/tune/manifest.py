@@ -12,6 +12,10 @@ function (tracing fails), ops no template supports, impossible budgets. Format::
     function = "mypkg.ops:bias_relu"          # imported with the current directory and PYTHONPATH on sys.path
     inputs = [{shape = [512, 1024], dtype = "float32"}, {shape = [1024], dtype = "float32"}]
     # or several problem sizes:  shapes = [[{...}, {...}], [{...}, {...}]]
+    # or a size range: name sizes, use the names in shapes; a range tunes one size per power-of-two bucket
+    # (at most 12, spread over the range), the dispatch table a shape family picks from at run time:
+    #   sizes = {rows = {min = 1, max = 65536}, hidden = 1024}
+    #   inputs = [{shape = ["rows", "hidden"], dtype = "float32"}, {shape = ["hidden"], dtype = "float32"}]
     # optional: backend = "cpp", trials = 50, seconds = 120, sampler = "tpe", patience = 20, template = "pointwise"
 """
 
@@ -35,7 +39,7 @@ from kernelgen.ir import Graph
 from kernelgen.values import TensorSpec
 
 OPTION_KEYS = ("backend", "trials", "seconds", "sampler", "patience", "template")
-WORKLOAD_KEYS = ("name", "function", "inputs", "shapes", *OPTION_KEYS)
+WORKLOAD_KEYS = ("name", "function", "inputs", "shapes", "sizes", *OPTION_KEYS)
 TOP_KEYS = ("workload", "defaults")
 
 
@@ -173,6 +177,8 @@ def _signatures(entry: dict[str, Any], where: str) -> list[tuple[TensorSpec, ...
     sizes = [entry["inputs"]] if "inputs" in entry else entry["shapes"]
     if not isinstance(sizes, list) or not sizes:
         raise ManifestError(f"{where}: shapes must be a non-empty list of input lists")
+    bindings = _size_bindings(entry.get("sizes"), where) or [{}]
+    sizes = [_bind(inputs, binding, where) for inputs in sizes for binding in bindings]
     out = []
     for k, inputs in enumerate(sizes):
         if not isinstance(inputs, list) or not inputs:
@@ -189,6 +195,59 @@ def _signatures(entry: dict[str, Any], where: str) -> list[tuple[TensorSpec, ...
             except ValueError as exc:
                 raise ManifestError(f"{where}: {label}: {exc}") from None
         out.append(tuple(specs))
+    return out
+
+
+def _size_bindings(table: Any, where: str) -> list[dict[str, int]]:
+    """``sizes = {name = 64, rows = {min = 1, max = 65536}}`` as one {name: size} per problem size to tune:
+    a range gives its bucket representatives (``kernelgen.frontend.dynamic.representatives``)."""
+    from kernelgen.frontend.dynamic import representatives
+
+    if table is None:
+        return []
+    if not isinstance(table, dict) or not table:
+        raise ManifestError(f"{where}: sizes must be a table such as sizes = {{rows = {{min = 1, max = 4096}}}}")
+    fixed: dict[str, int] = {}
+    ranged: list[tuple[str, list[int]]] = []
+    for name, value in table.items():
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            fixed[name] = value
+            continue
+        if not isinstance(value, dict):
+            raise ManifestError(f"{where}: size {name!r} = {value!r} must be a whole number or {{min = 1, max = 4096}}")
+        extra = sorted(set(value) - {"min", "max"})
+        if extra or set(value) != {"min", "max"}:
+            raise ManifestError(f"{where}: size range {name!r} takes exactly min and max "
+                                f"({'unknown key ' + repr(extra[0]) if extra else 'missing one'}), "
+                                f"e.g. {name} = {{min = 1, max = 4096}}")
+        lo, hi = value["min"], value["max"]
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (lo, hi)) or lo < 1 or hi < lo:
+            raise ManifestError(f"{where}: size range {name!r} = {{min = {lo!r}, max = {hi!r}}} needs whole numbers "
+                                "with 1 <= min <= max")
+        ranged.append((name, representatives(lo, hi)))
+    if len(ranged) > 1:
+        raise ManifestError(f"{where}: sizes {ranged[0][0]!r} and {ranged[1][0]!r} are both ranges; a kernel has one "
+                            "run-time size: make one of them a fixed number")
+    if not ranged:
+        return [fixed]
+    name, values = ranged[0]
+    return [{**fixed, name: v} for v in values]
+
+
+def _bind(inputs: Any, binding: dict[str, int], where: str) -> Any:
+    """``inputs`` with every size name in a shape replaced by its value in ``binding``."""
+    if not isinstance(inputs, list):
+        return inputs  # _signatures reports the malformed list
+    out = []
+    for spec in inputs:
+        shape = spec.get("shape") if isinstance(spec, dict) else None
+        if isinstance(shape, list):
+            for dim in shape:
+                if isinstance(dim, str) and dim not in binding:
+                    raise ManifestError(f"{where}: shape {shape} names size {dim!r}, which sizes does not define; "
+                                        f"add sizes = {{{dim} = {{min = 1, max = 4096}}}} or a number")
+            spec = {**spec, "shape": [binding[d] if isinstance(d, str) else d for d in shape]}
+        out.append(spec)
     return out
 
 

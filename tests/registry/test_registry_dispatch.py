@@ -116,3 +116,33 @@ def test_isolated_tuning_worker_rebuilds_a_call_from_its_module(registry, db_url
         db.close()
     assert result.best is not None and result.best.implementation == "custom:bg/cpp", \
         [r.measurement.message for r in result.trials]
+
+
+
+def test_a_custom_call_that_won_a_size_still_runs_it_beside_a_shape_family(registry, db_url, checks_here):
+    """A shape family serves sizes with no custom-call verdict; a size whose record a custom call won runs it."""
+    _register()
+    x = torch.randn(64, 256)
+    b = torch.randn(256)
+    graph = trace(bias_gelu, x, b)
+    from kernelgen.db import open_db
+
+    with open_db(db_url) as db:  # the custom call's record, as a tuning run where it won would leave
+        from kernelgen.backends import get_backend
+        from kernelgen.values import Config, FrozenMap, Measurement, Provenance, Status, TimeStats, TuningRecord
+
+        (impl,) = candidates(graph, "cpp")
+        target = get_backend("cpp").target()
+        db.commit(TuningRecord(
+            workload_key=graph.workload_key, workload_family=graph.family_key, signature=graph.signature,
+            implementation=impl.name, implementation_hash=impl.source_hash(), backend="cpp",
+            target_fingerprint=target.fingerprint, target_family=target.family, device=target.device_name,
+            toolchain=FrozenMap({"compiler": "test"}),
+            measurement=Measurement(Config(impl.default_config(target)), Status.OK, TimeStats(1e-6, 1e-6, 0.0, 5)),
+            provenance=Provenance("host", "user", "test", 0.0)))
+    f = dispatch.compile(bias_gelu, backend="cpp", db=db_url, dynamic=True)
+    for n in (3, 64, 5):
+        x = torch.randn(n, 256)
+        torch.testing.assert_close(f(x, b), bias_gelu(x, b))
+    assert f.explain(torch.randn(64, 256), b)["implementation"] == impl.name
+    assert f.explain(torch.randn(5, 256), b)["family"] is not None
