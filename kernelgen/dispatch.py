@@ -430,7 +430,7 @@ class CompiledFunction:
         entry = _Entry(served.launch, served.outputs, plan=family.cap.plan, picks=picks, device=device,
                        grad=any(a.requires_grad for a in inputs if isinstance(a, _Tensor)), replay=family.cap.replay,
                        impl=served.impl, config=served.config, source=served.source,
-                       path=getattr(served.launch, "source_file", None), digest=family.impl.source_hash(),
+                       path=family.sources.get(served.config.key()), digest=family.impl.source_hash(),
                        reason=_REASONS[served.source])
         entry.family, entry.bucket = family.key, served.bucket
         entry.huge = [bool(_HUGE_ADVICE) and shape.numel() * dtype.itemsize >= _HUGE_MIN_BYTES

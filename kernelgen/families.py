@@ -45,6 +45,7 @@ class Family:
     rivals: tuple = ()  # custom calls of the graph: they win sizes by their records, never by default
     known: frozenset | None = None  # workload keys of this graph with records here (None: ask each time)
     kernels: dict = field(default_factory=dict)  # config key -> launcher
+    sources: dict = field(default_factory=dict)  # config key -> the generated source file (explain shows it)
     configs: dict = field(default_factory=dict)  # bucket -> (config, source)
     lock: Any = field(default_factory=threading.Lock)
 
@@ -139,6 +140,7 @@ class Family:
                 return None
             launch = getattr(picked.launcher, "launch", picked.launcher)
             self.kernels[picked.config.key()] = launch
+            self.sources[picked.config.key()] = getattr(picked.launcher, "source_file", None)
             self._configs_by_key[picked.config.key()] = picked.config
             return picked.config, launch
 

@@ -68,7 +68,7 @@ def test_manifest_form_prints_config_origin_and_the_source_text(ops, tmp_path, c
     '''))
     assert main(["explain", str(manifest), "--workload", "bg"]) == 0
     out = capsys.readouterr().out
-    assert out.count("bg  float32") == 2 and "other" not in out  # one block per problem size of bg only
+    assert out.count("bg  float32") == 2 and "other  float32" not in out  # one block per problem size of bg only
     assert "origin         default: the implementation" in out
     paths = [line.split(maxsplit=1)[1] for line in out.splitlines() if line.startswith("  source ")]
     assert len(paths) == 2

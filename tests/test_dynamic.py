@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 import torch
@@ -108,7 +109,9 @@ def test_default_is_static_until_a_second_size():
     torch.testing.assert_close(f(a), softmax(a))
     assert "family" not in f.explain(a)  # first size: compiled for its exact shape
     torch.testing.assert_close(f(b), softmax(b))
-    assert f.explain(b)["family"] is not None
+    member = f.explain(b)
+    assert member["family"] is not None and member["implementation_hash"] and member["reason"]
+    assert "n0" in Path(member["source_path"]).read_text()  # the generic kernel takes the batch size as an argument
     assert "family" not in f.explain(a)  # the first size keeps its exact kernel
 
 
