@@ -205,3 +205,13 @@ def test_triton_epilogue_under_the_interpreter():
             got = _run(impl, config, target, xs, want)
             assert got.device == xs[0].device
             torch.testing.assert_close(got, want, rtol=rtol, atol=atol)
+
+
+def test_a_pure_matmul_with_nothing_to_tune_still_competes(tmp_path):
+    from kernelgen.tune.tuner import tune_graph
+
+    graph = kernelgen.trace(lambda a, b: a @ b, torch.randn(16, 32), torch.randn(32, 24))
+    with open_db(f"sqlite:///{tmp_path / 'tune.sqlite'}") as db:
+        result = tune_graph(graph, db=db, measure=_FakeTimes(gemm_best=3.0), seed=1, trials=4)
+    assert result.stop_reasons[NAME] == "exhausted"  # its one config measured, the search ends
+    assert result.best.implementation == NAME and result.best.config == Config({})
