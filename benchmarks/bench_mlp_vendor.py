@@ -1,8 +1,9 @@
 """Forward time of a transformer MLP block (Linear 256->1024, gelu, Linear 1024->256 over 64x128 tokens):
 torch.compile(backend="kernelgen") vs eager vs torch.compile (Inductor), interleaved rounds, medians.
 
-Untuned kernelgen (point KERNELGEN_DB at an empty database): what a new user gets. Prints, never asserts.
-    python benchmarks/bench_mlp_vendor.py [--rounds 15] [--calls 5] [--dtype float32] [--batch 64] [--tokens 128]
+Untuned kernelgen (point KERNELGEN_DB at an empty database) is what a new user gets; ``--tune-trials N``
+tunes each region on first call (both GEMM implementations, side by side). Prints, never asserts.
+    python benchmarks/bench_mlp_vendor.py [--rounds 15] [--calls 5] [--dtype float32] [--batch 64] [--tokens 128] [--tune-trials 0]
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--tune-trials", type=int, default=0,
+                        help="tune each kernelgen region on first call with this many trials per implementation")
     args = parser.parse_args()
     from kernelgen.frontend import dynamo_backend
 
@@ -44,7 +47,8 @@ def main() -> None:
     started = {}
     for name, backend in (("kernelgen", "kernelgen"), ("inductor", "inductor")):
         t0 = time.perf_counter()
-        runs[name] = torch.compile(model, backend=backend)
+        options = {"tune": "auto", "trials": args.tune_trials} if name == "kernelgen" and args.tune_trials else None
+        runs[name] = torch.compile(model, backend=backend, options=options)
         with torch.no_grad():
             runs[name](x)  # compiles (and checks kernels) on first call
         started[name] = time.perf_counter() - t0
