@@ -97,12 +97,19 @@ def _custom_call_candidates(graph: Graph, backend: str) -> list[Implementation]:
 
 
 def implementations_for(graph: Graph, backend: str) -> list[Implementation]:
-    """Every implementation of ``graph`` on ``backend``: the matching template first, then custom calls."""
+    """Every implementation of ``graph`` on ``backend``, the untuned choice first (dispatch runs the first
+    one's default config when the database has no record): for a matmul-like graph ATen's matmul with a
+    kernelgen epilogue (``aten_gemm``, what eager runs) then the generated GEMM, which runs only once tuning
+    declares it faster; for other graphs the matching template; then custom calls."""
     from kernelgen.templates import match
 
     found: list[Implementation] = []
     matched = match(graph)
     if matched is not None and backend in matched[0].backends:
+        if matched[0].name == "gemm":
+            from kernelgen.templates.vendor_gemm import VendorGemmImplementation
+
+            found.append(VendorGemmImplementation(matched[1], backend))
         found.append(TemplateImplementation(matched[0], matched[1], backend))
     found.extend(_custom_call_candidates(graph, backend))
     return found

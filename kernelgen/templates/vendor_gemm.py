@@ -1,0 +1,234 @@
+"""ATen's own matmul (oneDNN/MKL on CPU, cuBLAS on GPU) plus a kernelgen pointwise epilogue, as an
+``Implementation`` that competes with the generated GEMM for every graph the GEMM template matches.
+
+The matmul runs ``torch.mm`` / ``torch.matmul`` (or ``torch.addmm`` when the epilogue starts with a row
+bias add) into a preallocated buffer with ``out=``; the rest of the epilogue is the GEMM problem's graph
+with the matmul replaced by an input, rendered by the pointwise template for the backend. Because the
+matmul is eager's own kernel and its result is stored in the graph's dtype before the epilogue reads it,
+the numerics are eager's: float16/bfloat16 products are rounded once, as eager rounds them.
+
+Untuned, dispatch runs the first implementation's default (``kernelgen.implementation.implementations_for``
+puts this one first): eager's kernel is never much slower than eager, while an untuned generated GEMM can
+be (milliseconds at M=16). The generated GEMM runs only once tuning declares it faster.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from kernelgen import code_hash
+from kernelgen.implementation import Implementation, Launcher, TemplateImplementation
+from kernelgen.ir import Graph, Node
+from kernelgen.space import Constraint, Param, SearchSpace
+from kernelgen.target import Target
+from kernelgen.templates.gemm import GemmProblem
+from kernelgen.templates.pointwise import TEMPLATE as POINTWISE
+from kernelgen.values import Config, TensorSpec
+
+NAME = "aten_gemm"
+ADDMM = "bias_in_addmm"  # the config key: the row bias goes into addmm's beta*bias (True) or the epilogue
+EPILOGUE = "epilogue_"  # prefix of the pointwise template's parameters in this space
+
+
+def view_steps(graph: Graph, node_id: int) -> tuple[int, tuple[tuple[str, tuple[int, ...]], ...]]:
+    """``(input index, steps)``: how node ``node_id`` (an input seen through reshape/transpose nodes) is made
+    from the input tensor with torch views, so the operand ATen gets has the graph's layout, no copy."""
+    steps: list[tuple[str, tuple[int, ...]]] = []
+    node = graph.nodes[node_id]
+    while node.op != "input":
+        steps.append((node.op, node.spec.shape))
+        node = graph.nodes[node.inputs[0]]
+    return node.attr("index"), tuple(reversed(steps))
+
+
+def apply_view(tensor: Any, steps: tuple[tuple[str, tuple[int, ...]], ...]) -> Any:
+    for op, shape in steps:
+        tensor = tensor.transpose(-2, -1) if op == "transpose" else tensor.reshape(shape)
+    return tensor
+
+
+def epilogue_graph(graph: Graph, result: int) -> tuple[Graph, tuple[int, ...]] | None:
+    """The graph's output as a function of node ``result`` (now its last input) and the original inputs it
+    reads; with the original argument positions those inputs had. None when the output is ``result``."""
+    out = graph.outputs[0]
+    if out == result:
+        return None
+    live = {out}
+    for i in range(out, -1, -1):
+        if i in live and i != result:
+            live.update(graph.nodes[i].inputs)
+    used = [i for i in graph.input_ids if i in live]
+    remap = {old: new for new, old in enumerate(used)}
+    nodes = [Node("input", (), (("index", k),), graph.nodes[i].spec) for k, i in enumerate(used)]
+    spec = graph.nodes[result].spec
+    remap[result] = len(nodes)
+    nodes.append(Node("input", (), (("index", len(used)),), TensorSpec(spec.shape, spec.dtype)))
+    for i, node in enumerate(graph.nodes):
+        if i in live and i not in remap:
+            remap[i] = len(nodes)
+            nodes.append(Node(node.op, tuple(remap[j] for j in node.inputs), node.attrs, node.spec))
+    args = tuple(graph.nodes[i].attr("index") for i in used)
+    return Graph(tuple(nodes), (remap[out],)), args
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One way to split the graph: ``result`` (the matmul, or the bias add folded into addmm) and the
+    pointwise epilogue after it (None: ATen writes the output itself)."""
+
+    result: int
+    bias: int | None  # node id of the row bias addmm adds, when ``result`` is that add
+    epilogue: Any  # TemplateImplementation of the pointwise epilogue, or None
+    args: tuple[int, ...]  # original input positions the epilogue reads (then the matmul result)
+
+
+class VendorGemmImplementation(Implementation):
+    """ATen's matmul + kernelgen's pointwise epilogue for a ``GemmProblem`` on ``backend``."""
+
+    name = NAME
+
+    def __init__(self, problem: GemmProblem, backend: str) -> None:
+        self.problem = problem
+        self.graph = problem.graph
+        self.backend = backend
+        g, mm = self.graph, problem.matmul
+        self._a = view_steps(g, g.nodes[mm].inputs[0])
+        self._b = view_steps(g, g.nodes[mm].inputs[1])
+        self._plans = {False: self._plan(mm, None)}
+        bias = self._row_bias()
+        if bias is not None:
+            self._plans[True] = self._plan(*bias)
+            self._bias = view_steps(g, bias[1])
+
+    def _plan(self, result: int, bias: int | None) -> _Plan:
+        found = epilogue_graph(self.graph, result)
+        if found is None:
+            return _Plan(result, bias, None, ())
+        graph, args = found
+        problem = POINTWISE.match(graph)
+        if problem is None:  # the GEMM template's epilogue is pointwise over the output: cannot happen
+            raise ValueError(f"the epilogue of GEMM workload {self.graph.workload_key[:12]} is not pointwise")
+        return _Plan(result, bias, TemplateImplementation(POINTWISE, problem, self.backend), args)
+
+    def _row_bias(self) -> tuple[int, int] | None:
+        """``(add node, bias node)`` when the matmul's only user adds a row vector (a linear's bias) of the
+        matmul's dtype to a 2-d product, which ``torch.addmm`` computes in its accumulator as eager's linear does."""
+        g, p = self.graph, self.problem
+        users = [i for i, n in enumerate(g.nodes) if p.matmul in n.inputs]
+        b_rank = g.nodes[g.nodes[p.matmul].inputs[1]].spec.rank
+        if len(users) != 1 or b_rank != 2 or g.nodes[users[0]].op != "add":
+            return None
+        add = g.nodes[users[0]]
+        others = [j for j in add.inputs if j != p.matmul]
+        load = next((ld for ld in p.loads if others and ld.node == others[0]), None)
+        mm_spec = g.nodes[p.matmul].spec
+        if load is None or len(others) != 1 or add.spec != mm_spec or load.dtype != mm_spec.dtype:
+            return None
+        if any(load.strides[:-1]):  # not a row vector broadcast over the batch and rows
+            return None
+        return users[0], others[0]
+
+    # -- the Implementation contract ------------------------------------------------------------------
+    def source_hash(self) -> str:
+        """The derived hash of this module's closure (the pointwise renderer included), the backend's recipe
+        and the torch version whose matmul it calls."""
+        import torch
+
+        from kernelgen.backends import get_backend
+
+        compiler = get_backend(self.backend)
+        roots = (__name__, f"kernelgen.templates.pointwise_{self.backend}", type(compiler).__module__)
+        return code_hash.implementation_hash(roots, {**compiler.recipe(), "torch": torch.__version__})
+
+    def space(self, target: Target) -> SearchSpace:
+        """The epilogue's pointwise parameters (prefixed ``epilogue_``) and, where the epilogue starts with a
+        row bias add, whether addmm adds it. Configs that only differ in an epilogue that does not run are
+        rejected, so the tuner does not measure one kernel twice."""
+        full = self._plans[False].epilogue
+        params: list[Param] = []
+        constraints: list[Constraint] = []
+        default: dict[str, Any] = {}
+        if full is not None:
+            inner = full.space(target)
+            params += [Param(EPILOGUE + p.name, p.choices) for p in inner.params]
+            constraints += [Constraint(c.description, lambda cfg, c=c: c(self._inner(cfg)))
+                            for c in inner.constraints]
+            default.update({EPILOGUE + k: v for k, v in inner.default().items()})
+        if True in self._plans:
+            params.append(Param(ADDMM, (True, False)))
+            default[ADDMM] = True  # eager's linear: the bias lands in the accumulator
+            if full is not None and self._plans[True].epilogue is None:
+                fixed = dict(default)
+                constraints.append(Constraint("with the bias in addmm there is no epilogue to configure",
+                                              lambda cfg: not cfg[ADDMM] or all(
+                                                  cfg[k] == v for k, v in fixed.items() if k != ADDMM)))
+        return SearchSpace(params, constraints, default)
+
+    @staticmethod
+    def _inner(config: Config) -> Config:
+        return Config({k[len(EPILOGUE):]: v for k, v in config.items() if k.startswith(EPILOGUE)})
+
+    def build(self, config: Config, target: Target) -> Launcher:
+        problems = self.space(target).violations(config)
+        if problems:
+            raise ValueError(f"{NAME} config {dict(config)} is invalid: {'; '.join(problems)}")
+        plan = self._plans[bool(config.get(ADDMM, False))]
+        epilogue = None if plan.epilogue is None else plan.epilogue.build(self._inner(config), target)
+        spec = self.graph.nodes[plan.result].spec
+        return VendorLauncher(self, plan, epilogue, spec)
+
+    def __repr__(self) -> str:
+        return f"VendorGemmImplementation(backend={self.backend!r})"
+
+
+class VendorLauncher:
+    """Runs one config: the ATen matmul into the output (no epilogue) or into a per-thread scratch buffer
+    reused across calls (a fresh buffer per call costs page faults comparable to the matmul at these sizes),
+    then the compiled epilogue kernel."""
+
+    def __init__(self, impl: VendorGemmImplementation, plan: _Plan, epilogue: Any, spec: TensorSpec) -> None:
+        import torch
+
+        self._torch = torch
+        self._a, self._b = impl._a, impl._b
+        self._bias = impl._bias if plan.bias is not None else None
+        self._epilogue = epilogue
+        self._args = plan.args
+        self._shape = spec.shape
+        self._dtype = getattr(torch, spec.dtype)
+        self._scratch = threading.local()
+        self.source_file = getattr(epilogue, "source_file", None)
+
+    def _buffer(self, device: Any) -> Any:
+        buf = getattr(self._scratch, "buf", None)
+        if buf is None or buf.device != device:
+            buf = self._torch.empty(self._shape, dtype=self._dtype, device=device)
+            self._scratch.buf = buf
+        return buf
+
+    def __call__(self, *tensors: Any) -> None:
+        torch = self._torch
+        out = tensors[-1]
+        a = apply_view(tensors[self._a[0]], self._a[1])
+        b = apply_view(tensors[self._b[0]], self._b[1])
+        dst = out if self._epilogue is None else self._buffer(a.device)
+        if b.dim() == 2 and a.dim() > 2:  # a weight shared by a batch: one 2-d GEMM, as eager's matmul folds it
+            a, result = a.reshape(-1, a.shape[-1]), dst.view(-1, dst.shape[-1])
+        else:
+            result = dst
+        if self._bias is not None:
+            bias = apply_view(tensors[self._bias[0]], self._bias[1]).reshape(-1)
+            torch.addmm(bias, a, b, out=result)
+        elif a.dim() == 2 and b.dim() == 2:
+            torch.mm(a, b, out=result)
+        else:
+            torch.matmul(a, b, out=result)
+        if self._epilogue is not None:
+            self._epilogue(*[tensors[i] for i in self._args], dst, out)
+
+    launch = __call__
+
+
+__all__ = ["ADDMM", "NAME", "VendorGemmImplementation", "VendorLauncher", "apply_view", "epilogue_graph", "view_steps"]
