@@ -99,20 +99,33 @@ def _custom_call_candidates(graph: Graph, backend: str) -> list[Implementation]:
 def implementations_for(graph: Graph, backend: str) -> list[Implementation]:
     """Every implementation of ``graph`` on ``backend``, the untuned choice first (dispatch runs the first
     one's default config when the database has no record): for a matmul-like graph ATen's matmul with a
-    kernelgen epilogue (``aten_gemm``, what eager runs) then the generated GEMM, which runs only once tuning
-    declares it faster; for other graphs the matching template; then custom calls."""
+    kernelgen epilogue (``aten_gemm``, what eager runs) and the generated GEMM, in the order
+    ``_vendor_gemm_first`` says; for other graphs the matching template; then custom calls."""
     from kernelgen.templates import match
 
     found: list[Implementation] = []
     matched = match(graph)
     if matched is not None and backend in matched[0].backends:
+        generated = TemplateImplementation(matched[0], matched[1], backend)
         if matched[0].name == "gemm":
             from kernelgen.templates.vendor_gemm import VendorGemmImplementation
 
-            found.append(VendorGemmImplementation(matched[1], backend))
-        found.append(TemplateImplementation(matched[0], matched[1], backend))
+            vendor = VendorGemmImplementation(matched[1], backend)
+            found.extend([vendor, generated] if _vendor_gemm_first(matched[1], backend) else [generated, vendor])
+        else:
+            found.append(generated)
     found.extend(_custom_call_candidates(graph, backend))
     return found
+
+
+def _vendor_gemm_first(problem: Any, backend: str) -> bool:
+    """Untuned, does ATen's matmul run before the generated GEMM? Tuning measures both and declares the
+    faster; this only orders them when nothing was measured. The generated C++ GEMM computes float32/float64
+    with the same FMA units as MKL/oneDNN and beat them from 32 rows up on this project's CPU
+    (``benchmarks/bench_mlp_vendor.py``: MLP block 1.97x eager generated-first vs 1.29x vendor-first), while it
+    widens float16/bfloat16 to float32, where oneDNN's native bf16 dot instructions were 2-3x faster
+    (0.76x vs 1.26x eager). On GPUs cuBLAS is the known floor; the Triton GEMM has to be tuned to beat it."""
+    return backend != "cpp" or problem.a.dtype not in ("float32", "float64")
 
 
 def resolve(graph: Graph, name: str, backend: str) -> Implementation:
