@@ -3,24 +3,16 @@ on a GPU where there is one. Outputs land on the inputs' device; forward and bac
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton's first import
-pytest.importorskip("triton")
+from tests.triton_env import DEVICE, needs_triton, torch  # TRITON_INTERPRET before triton loads
 
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from kernelgen.backends.triton import interpreter_active  # noqa: E402
 from kernelgen.frontend import dynamo_backend  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not (interpreter_active() or torch.cuda.is_available()),
-                                reason="triton was imported before TRITON_INTERPRET=1 was set")
-DEVICE = "cuda" if torch.cuda.is_available() and not interpreter_active() else "cpu"
+pytestmark = needs_triton
 dynamo_backend.register()
 
 

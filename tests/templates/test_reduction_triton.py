@@ -6,23 +6,17 @@ import os
 
 import pytest
 
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton's first import
-pytest.importorskip("triton")
+from tests.triton_env import DEVICE, needs_triton, torch  # TRITON_INTERPRET before triton loads
 
 import torch.nn.functional as F  # noqa: E402
 
 import kernelgen  # noqa: E402
 from kernelgen.backends import get_backend  # noqa: E402
-from kernelgen.backends.triton import interpreter_active  # noqa: E402
 from kernelgen.reference import evaluate  # noqa: E402
 from kernelgen.target import Target  # noqa: E402
 from kernelgen.templates import match, reduction_triton  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not (interpreter_active() or torch.cuda.is_available()),
-                                reason="triton was imported before TRITON_INTERPRET=1 was set")
-DEVICE = "cuda" if torch.cuda.is_available() and not interpreter_active() else "cpu"
+pytestmark = needs_triton
 TOL = {torch.float32: 2e-5, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 
 
