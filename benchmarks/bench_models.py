@@ -1,0 +1,260 @@
+"""Whole models (examples/models.py) with kernelgen's torch.compile backend vs eager vs Inductor, in one run.
+
+For each model and each mode, forward (inference, ``torch.no_grad``) and forward+backward (a training step
+without optimizer: ``out.float().sum().backward()``), it prints median times of the three variants measured
+in interleaved rounds (eager, Inductor, kernelgen, eager, Inductor, kernelgen, ...) so a change of machine
+load hits every column alike; speedups vs eager and vs Inductor with geomeans over the models; each
+compiler's compile time (its first call); correctness (max abs error of the outputs and gradients vs eager,
+within tolerance or not); and coverage: the share of the ATen ops and of eager's time that ran inside
+kernelgen regions, and kernels launched vs eager's op count.
+
+    python benchmarks/bench_models.py [--models gpt2,llama] [--size {test,bench}] [--rounds 10] [--tuned] [--json]
+
+It prints; it never asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+
+from examples.models import make, names, training_loss  # noqa: E402
+
+VARIANTS = ("eager", "inductor", "kernelgen")
+MODES = ("fwd", "fwd+bwd")
+# float32 models: kernels reorder sums (GEMM, softmax, norms), so results differ from eager in the last
+# bits, growing with the reduction length; this is the bound Inductor's own model tests use for float32.
+RTOL = ATOL = 1e-3
+
+
+class _OpCounter(TorchDispatchMode):
+    """Counts the ATen ops eager dispatches (forward and, when run, backward): what eager launches."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+# --- kernelgen's backend and its coverage stats, looked up so the bench runs (with empty columns) without it
+
+def backend_available() -> bool:
+    return unavailable_reason() is None
+
+
+def unavailable_reason() -> str | None:
+    try:
+        import kernelgen  # noqa: F401  (registers the backend where importing kernelgen does so)
+        from torch._dynamo.backends.registry import lookup_backend
+
+        lookup_backend("kernelgen")
+    except Exception as exc:
+        return f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
+    return None
+
+
+def recording() -> contextlib.AbstractContextManager:
+    return contextlib.nullcontext()
+
+
+def measure(kg_step: Callable[[], Any], eager_step: Callable[[], Any]) -> dict[str, Any]:
+    return {"note": "the kernelgen backend exposes no coverage stats yet"}
+
+
+def tune_note() -> str:
+    return "kernelgen: --tuned asked, but the backend exposes no tuning entry point yet: untuned defaults."
+
+
+def tune(name: str, size: str, mode: str) -> None:
+    return None
+
+
+# --- the bench -----------------------------------------------------------------------------------------
+
+def _step(module: torch.nn.Module, inputs: tuple, mode: str) -> Callable[[], Any]:
+    """One call of ``module`` in ``mode``: returns (output, grads) for the correctness check."""
+    params = [p for p in module.parameters() if p.requires_grad]
+
+    def fwd() -> Any:
+        with torch.no_grad():
+            return module(*inputs), []
+
+    def train() -> Any:
+        for p in params:
+            p.grad = None  # every step does the same work: no accumulation into old grads
+        out = module(*inputs)
+        training_loss(out).backward()
+        return out, [p.grad for p in params]
+
+    return fwd if mode == "fwd" else train
+
+
+def _max_err(got: Any, want: Any) -> tuple[float, bool]:
+    """Max abs error over outputs and grads, and whether every tensor is within the tolerance."""
+    (out, grads), (ref, ref_grads) = got, want
+    pairs = [(out, ref), *zip(grads, ref_grads)]
+    err, ok = 0.0, len(grads) == len(ref_grads)
+    for a, b in pairs:
+        if a is None or b is None:
+            ok = ok and a is None and b is None
+            continue
+        diff = (a.detach().double() - b.detach().double()).abs()
+        err = max(err, diff.max().item() if diff.numel() else 0.0)
+        ok = ok and a.shape == b.shape and a.dtype == b.dtype and torch.allclose(a, b, rtol=RTOL, atol=ATOL,
+                                                                                   equal_nan=True)
+    return err, ok
+
+
+def _compile(module: torch.nn.Module, backend: str) -> torch.nn.Module:
+    # A copy per compiler, so one compiler's grads never land in another's parameters.
+    return torch.compile(copy.deepcopy(module), backend=backend)
+
+
+def bench_model(name: str, size: str, mode: str, rounds: int, kernelgen: bool) -> dict[str, Any]:
+    module, inputs = make(name, size)
+    row: dict[str, Any] = {"model": name, "mode": mode, "times": {}, "compile_s": {}, "error": {}, "ok": {},
+                           "failed": {}}
+    eager_step = _step(module, inputs, mode)
+    reference = eager_step()
+    counter = _OpCounter()
+    with counter:
+        eager_step()
+    row["eager_ops"] = counter.count
+    steps: dict[str, Callable[[], Any]] = {"eager": eager_step}
+    for variant in VARIANTS[1:]:
+        if variant == "kernelgen" and not kernelgen:
+            continue
+        backend = "inductor" if variant == "inductor" else "kernelgen"
+        try:
+            step = _step(_compile(module, backend), inputs, mode)
+            with recording() if variant == "kernelgen" else contextlib.nullcontext():
+                t0 = time.perf_counter()
+                got = step()  # the first call compiles (and, for kernelgen, checks its kernels once)
+                row["compile_s"][variant] = time.perf_counter() - t0
+            row["error"][variant], row["ok"][variant] = _max_err(got, reference)
+            steps[variant] = step
+        except Exception as exc:  # a compiler that cannot take the model is a row entry, not the end of the run
+            row["failed"][variant] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
+    if "kernelgen" in steps:
+        row["coverage"] = measure(steps["kernelgen"], eager_step)
+    for step in steps.values():  # warm: allocator, caches, lazily built kernels
+        step()
+    samples: dict[str, list[float]] = {v: [] for v in steps}
+    for _ in range(rounds):
+        for variant, step in steps.items():
+            t0 = time.perf_counter()
+            step()
+            samples[variant].append(time.perf_counter() - t0)
+    row["times"] = {v: statistics.median(s) for v, s in samples.items()}
+    torch._dynamo.reset()  # the next model starts from empty Dynamo caches (and recompile limits)
+    return row
+
+
+def _ms(t: float | None) -> str:
+    return f"{t * 1e3:9.2f}" if t is not None else f"{'-':>9}"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:6.2f}x" if a and b else f"{'-':>7}"
+
+
+def _geomean(values: list[float]) -> float | None:
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def print_table(rows: list[dict[str, Any]], size: str, tuned_note: str) -> None:
+    head = (f"{'model':7} {'mode':8} {'eager ms':>9} {'ind. ms':>9} {'kg ms':>9} {'kg/eag':>7} {'kg/ind':>7}"
+            f" {'ind/eag':>7} {'compile ind':>11} {'compile kg':>10} {'err ind':>8} {'err kg':>8} {'ok':>3}"
+            f" {'ops in kg':>9} {'time in kg':>10} {'launch/eager':>12}")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        t, c, e = r["times"], r["compile_s"], r["error"]
+        eag, ind, kg = t.get("eager"), t.get("inductor"), t.get("kernelgen")
+        cov = r.get("coverage") or {}
+        ok = {True: "yes", False: "NO"}.get(r["ok"].get("kernelgen"), "-")
+        ops = f"{100 * cov['op_share']:8.0f}%" if cov.get("op_share") is not None else f"{'-':>9}"
+        tshare = f"{100 * cov['time_share']:9.0f}%" if cov.get("time_share") is not None else f"{'-':>10}"
+        launches = (f"{cov['launches']:>5}/{r['eager_ops']:<6}" if cov.get("launches") is not None
+                    else f"{'-':>5}/{r['eager_ops']:<6}")
+        # speedups are "times faster": eager time / kernelgen time, Inductor time / kernelgen time
+        print(f"{r['model']:7} {r['mode']:8} {_ms(eag)} {_ms(ind)} {_ms(kg)} {_ratio(eag, kg)} {_ratio(ind, kg)}"
+              f" {_ratio(eag, ind)} {c.get('inductor', 0):10.1f}s {c.get('kernelgen', 0):9.1f}s"
+              f" {e.get('inductor', float('nan')):8.1e} {e.get('kernelgen', float('nan')):8.1e} {ok:>3}"
+              f" {ops} {tshare} {launches:>12}")
+        if r["ok"].get("inductor") is False:
+            print(f"{'':16} Inductor outside tolerance (max err {e['inductor']:.2e})")
+        for variant, why in r["failed"].items():
+            print(f"{'':16} {variant} failed: {why}")
+        if cov.get("note"):
+            print(f"{'':16} coverage: {cov['note']}")
+    print("-" * len(head))
+    for mode in MODES:
+        sel = [r for r in rows if r["mode"] == mode]
+        parts = []
+        for label, num, den in (("kg vs eager", "eager", "kernelgen"), ("kg vs Inductor", "inductor", "kernelgen"),
+                                ("Inductor vs eager", "eager", "inductor")):
+            g = _geomean([r["times"][num] / r["times"][den] for r in sel
+                          if r["times"].get(num) and r["times"].get(den)])
+            parts.append(f"{label} {g:.2f}x" if g else f"{label} -")
+        print(f"geomean {mode:8}: " + ", ".join(parts))
+    print(f"size={size}; times are medians of interleaved rounds (eager, Inductor, kernelgen per round); "
+          f"speedup = other's time / this one's; compile = first call (kernelgen's includes its one-off "
+          f"isolated kernel checks); err = max abs error of outputs and grads vs eager, ok = kernelgen within "
+          f"rtol=atol={RTOL:g}; ops in kg = share of the ATen graph's ops inside kernelgen regions; "
+          f"time in kg = share of eager's time spent in those ops; launch/eager = kernels + ATen ops kernelgen "
+          f"launches per call vs the ATen ops eager dispatches. {tuned_note}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(names()), help=f"comma-separated, from {', '.join(names())}")
+    parser.add_argument("--size", choices=("test", "bench"), default="bench")
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated, from fwd, fwd+bwd")
+    parser.add_argument("--tuned", action="store_true", help="tune kernelgen's regions first, where it can")
+    parser.add_argument("--json", action="store_true", help="also print the rows as JSON")
+    args = parser.parse_args()
+    kernelgen = backend_available()
+    tuned_note = "kernelgen: untuned defaults (no tuning database records used unless already present)."
+    if args.tuned:
+        tuned_note = tune_note()
+    print(f"torch {torch.__version__}, threads={torch.get_num_threads()}, cores={os.cpu_count()}, "
+          f"load average before={os.getloadavg()[0]:.2f}")
+    if not kernelgen:
+        print(f"kernelgen's torch.compile backend is not available: {unavailable_reason()}; "
+              f"its columns stay empty")
+    rows = []
+    for name in args.models.split(","):
+        for mode in args.modes.split(","):
+            if args.tuned and kernelgen:
+                tune(name, args.size, mode)
+            rows.append(bench_model(name, args.size, mode, args.rounds, kernelgen))
+            print(f"  {name} {mode}: done", file=sys.stderr, flush=True)
+    print(f"load average after={os.getloadavg()[0]:.2f}")
+    print_table(rows, args.size, tuned_note)
+    if args.json:
+        print(json.dumps(rows, default=str))
+
+
+if __name__ == "__main__":
+    main()
