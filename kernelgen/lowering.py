@@ -36,6 +36,10 @@ def _canonical_name(kind: str, target: Any) -> str:
     if kind == "call_method":
         return _METHOD_NAMES.get(str(target), str(target))
     if kind == "call_function":
+        if _is_aten_overload(target):  # Dynamo / AOTAutograd graphs: rules in kernelgen.frontend.aten_lowering
+            from kernelgen.frontend.aten_lowering import aten_name
+
+            return aten_name(target)
         if target is operator.getitem:
             return "getitem"
         special = {operator.add: "add", operator.sub: "sub", operator.mul: "mul", operator.truediv: "div",
@@ -53,6 +57,12 @@ def _canonical_name(kind: str, target: Any) -> str:
         # torch.masked.sum, a user's own `sum`...: same __name__, other semantics (a mask), so not the handler's op
         return f"{getattr(target, '__module__', None) or ''}.{name or target}".lstrip(".")
     raise UnsupportedOpError(f"fx node kind {kind!r} is not supported")
+
+
+def _is_aten_overload(target: Any) -> bool:
+    import torch
+
+    return isinstance(target, torch._ops.OpOverload)
 
 
 def _torch_namespaces() -> tuple[Any, ...]:

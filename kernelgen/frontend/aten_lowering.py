@@ -1,0 +1,151 @@
+"""Lowering rules for ATen ``OpOverload`` targets (what Dynamo + AOTAutograd graphs call).
+
+An overload is lowered by the same handler table as a traced torch function (``kernelgen.lowering``):
+``aten.add.Tensor`` goes to the ``add`` handler, ``aten._softmax.default`` to ``_softmax`` and so on,
+named after the overload packet. Where ATen's argument conventions differ from the torch function's
+(``permute`` takes a dims list, ``expand`` a size list, ``_to_copy`` keyword dtypes, ``native_layer_norm``
+returns three values), an aten-only handler is registered here under ``aten.<packet>`` and wins.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kernelgen import lowering
+from kernelgen.errors import UnsupportedOpError
+from kernelgen.lowering import _arg, _cast_to, _handles, _is_node, _operand, _ref, _transpose_last
+from kernelgen.values import TensorSpec
+
+
+def aten_name(target: Any) -> str:
+    """The handler name for an ATen overload: ``aten.<packet>`` when an aten-only rule exists, else the packet
+    name shared with the torch function (``add``); the qualified overload name when nothing handles it."""
+    packet = target.overloadpacket.__name__
+    namespace = target.namespace
+    for name in (f"{namespace}.{packet}", packet if namespace in ("aten", "prims") else None):
+        if name is not None and name in lowering._HANDLERS:
+            return name
+    return f"{namespace}.{packet}.{target._overloadname}"
+
+
+# ------------------------------------------------------------------------------------- views and moves
+
+@_handles("aten.permute")
+def _permute(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    x, dims = int(args[0]), [d % max(b.spec(int(args[0])).rank, 1) for d in args[1]]
+    rank = len(dims)
+    if dims == list(range(rank)):
+        return x
+    if rank >= 2 and dims == list(range(rank - 2)) + [rank - 1, rank - 2]:
+        return _transpose_last(b, x)
+    raise UnsupportedOpError(f"permute{tuple(args[1])} at `{where}`; only a swap of the last two dims lowers")
+
+
+@_handles("aten.expand")
+def _expand(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    # An elementwise node broadcasts its inputs to its own shape (ir's convention), so a same-dtype cast
+    # to the expanded shape is the broadcast; renderers read the input through a stride-0 load.
+    x = int(args[0])
+    if meta is None or tuple(meta.shape) == b.spec(x).shape:
+        return x
+    return b.add("cast", (x,), TensorSpec(tuple(meta.shape), b.spec(x).dtype))
+
+
+@_handles("aten._unsafe_view", "aten.view", "aten.reshape", "aten.squeeze", "aten.unsqueeze")
+def _view(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    return lowering._HANDLERS["view"](b, args[:1], {}, meta, where)
+
+
+@_handles("aten.alias", "aten.clone", "aten.lift_fresh_copy")
+def _alias(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    if kwargs.get("memory_format") not in (None,) and meta is not None and not meta.is_contiguous:
+        raise UnsupportedOpError(f"clone to a non-contiguous memory format at `{where}`")
+    return int(args[0])
+
+
+@_handles("aten._to_copy", "prims.convert_element_type", "aten.convert_element_type")
+def _to_copy(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    if meta is None:
+        raise UnsupportedOpError(f"cannot tell the result dtype of `{where}`")
+    device = kwargs.get("device")
+    if device is not None and str(device) != "meta" and getattr(meta, "device", None) not in (None, str(device)):
+        raise UnsupportedOpError(f"device move at `{where}`; it stays an ATen copy")
+    return _cast_to(b, int(args[0]), meta.dtype)
+
+
+# ------------------------------------------------------------------------------------------ constants
+
+def _const_of(b: Any, value: Any, meta: Any, where: str) -> int:
+    if meta is None or not isinstance(value, (bool, int, float)):
+        raise UnsupportedOpError(f"constant {value!r} at `{where}` is not a number of a known dtype")
+    node = b.const(value, meta.dtype)
+    if tuple(meta.shape) == ():
+        return node
+    return b.add("cast", (node,), TensorSpec(tuple(meta.shape), meta.dtype))
+
+
+@_handles("aten.full")
+def _full(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    return _const_of(b, args[1], meta, where)
+
+
+@_handles("aten.scalar_tensor")
+def _scalar_tensor(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    return _const_of(b, args[0], meta, where)
+
+
+_handles("aten.zeros_like")(lambda b, args, kwargs, meta, where: _const_of(b, 0, meta, where))
+_handles("aten.ones_like")(lambda b, args, kwargs, meta, where: _const_of(b, 1, meta, where))
+_handles("aten.full_like")(lambda b, args, kwargs, meta, where: _const_of(b, args[1], meta, where))
+
+
+# ------------------------------------------------------------------------------------ composite ops
+
+def _clamp_side(op: str) -> lowering.Handler:
+    def handler(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+        x = int(args[0])
+        return b.elementwise(op, (x, _operand(b, args[1], x)), meta.dtype if meta is not None else None)
+
+    return handler
+
+
+_handles("aten.clamp_min")(_clamp_side("maximum"))
+_handles("aten.clamp_max")(_clamp_side("minimum"))
+
+
+def _softmax(name: str) -> lowering.Handler:
+    # _softmax(x, dim, half_to_float): the torch function without its dtype= keyword
+    return lambda b, args, kwargs, meta, where: lowering._HANDLERS[name](b, (args[0], args[1]), {}, meta, where)
+
+
+_handles("aten._softmax")(_softmax("softmax"))
+_handles("aten._log_softmax")(_softmax("log_softmax"))
+
+
+@_handles("aten.native_layer_norm")
+def _native_layer_norm(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> tuple:
+    """(y, mean, rstd) with mean/rstd kept as [..., 1] rows, as ATen returns them."""
+    x, shape, weight, bias, eps = args
+    if len(shape) != 1 or b.spec(int(x)).dtype not in ("float32", "float64"):
+        raise UnsupportedOpError(f"native_layer_norm over {list(shape)} of {b.spec(int(x)).dtype} at `{where}`")
+    x = int(x)
+    n = b.spec(x).shape[-1]
+    mean = b.elementwise("mul", (b.reduce("sum", x), b.scalar_or_node(1.0 / n, x)))
+    centered = b.elementwise("sub", (x, mean))
+    var = b.elementwise("mul", (b.reduce("sum", b.elementwise("mul", (centered, centered))),
+                                b.scalar_or_node(1.0 / n, x)))
+    rstd = b.elementwise("rsqrt", (b.elementwise("add", (var, b.scalar_or_node(float(eps), x))),))
+    y = b.elementwise("mul", (centered, rstd))
+    if _is_node(weight):
+        y = b.elementwise("mul", (y, int(weight)))
+    if _is_node(bias):
+        y = b.elementwise("add", (y, int(bias)))
+    return (_ref(y), _ref(mean), _ref(rstd))
+
+
+@_handles("aten.mean")
+def _mean(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    return lowering._HANDLERS["mean"](b, args[:2], {"keepdim": _arg(args, kwargs, 2, "keepdim", False)}, meta, where)
+
+
+__all__ = ["aten_name"]

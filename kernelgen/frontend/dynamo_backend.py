@@ -1,0 +1,159 @@
+"""``torch.compile(model, backend="kernelgen")``: Dynamo's graph, through AOTAutograd and torch's
+decompositions, partitioned into kernelgen regions (``kernelgen::region`` calls), the rest left to ATen.
+
+The backend is registered under the name ``kernelgen`` through the ``torch_dynamo_backends`` entry point
+(and by ``register()``, which ``import kernelgen`` calls). Options: ``torch.compile(m, backend="kernelgen",
+options={"backend": "triton"})`` picks the kernel backend (default ``auto``: by the inputs' device).
+
+Coverage statistics for each compiled graph: ``stats()`` (every graph since ``reset_stats()``) or
+``with collect() as graphs: ...`` (the graphs compiled inside the block).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger("kernelgen")
+NAME = "kernelgen"
+_STATS: list["GraphStats"] = []
+_COLLECTORS: list[list["GraphStats"]] = []
+_LOCK = threading.Lock()
+
+
+@dataclass
+class GraphStats:
+    """One compiled ATen graph: ``aten_ops`` compute nodes (views and tuple projections not counted),
+    ``fused_ops`` of them inside kernelgen ``regions``; ``left`` maps each op left to ATen to the reason;
+    ``runs`` counts region runs that launched a kernel (``kernel``) or replayed ATen (``eager``)."""
+
+    name: str
+    aten_ops: int = 0
+    fused_ops: int = 0
+    regions: int = 0
+    templates: Counter = field(default_factory=Counter)
+    views: int = 0
+    left: dict[str, str] = field(default_factory=dict)
+    runs: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def coverage(self) -> float:
+        return self.fused_ops / self.aten_ops if self.aten_ops else 1.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "aten_ops": self.aten_ops, "fused_ops": self.fused_ops, "regions": self.regions,
+                "templates": dict(self.templates), "views": self.views, "coverage": self.coverage,
+                "left": dict(self.left), "kernel_runs": self.runs.get("kernel", 0),
+                "eager_runs": self.runs.get("eager", 0)}
+
+
+def stats() -> list[GraphStats]:
+    """Statistics of every graph this backend compiled in this process (since ``reset_stats()``)."""
+    with _LOCK:
+        return list(_STATS)
+
+
+def reset_stats() -> None:
+    with _LOCK:
+        _STATS.clear()
+
+
+@contextlib.contextmanager
+def collect() -> Iterator[list[GraphStats]]:
+    """``with collect() as graphs:`` fills ``graphs`` with the statistics of graphs compiled in the block
+    (their run counters keep counting after it)."""
+    graphs: list[GraphStats] = []
+    with _LOCK:
+        _COLLECTORS.append(graphs)
+    try:
+        yield graphs
+    finally:
+        with _LOCK:
+            _COLLECTORS.remove(graphs)
+
+
+def decompositions() -> dict:
+    """torch's core-ATen decomposition table. Why core ATen rather than Inductor's table: it keeps
+    ``_softmax``, ``native_layer_norm`` and ``gelu`` whole in the forward graph (one lowering rule each turns
+    them into a row reduction that one region covers) and decomposes the ``*_backward`` ops into the
+    pointwise ops and reductions the partitioner groups; Inductor's table adds rewrites for its own
+    lowerings (e.g. it splits ``addmm`` epilogues differently) that gain us nothing."""
+    from torch._decomp import core_aten_decompositions
+
+    return core_aten_decompositions()
+
+
+def compile_graph(gm: Any, name: str = "graph", backend: str = "auto") -> GraphStats:
+    """Partition ATen graph ``gm`` (nodes carrying ``meta['val']``) and install its regions in place."""
+    import operator
+
+    from kernelgen.frontend.partition import is_view, partition
+    from kernelgen.frontend.region_op import install
+
+    found = partition(gm)
+    record = GraphStats(name)
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target is operator.getitem:
+            continue
+        if is_view(node):
+            record.views += 1
+        else:
+            record.aten_ops += 1
+    for node, reason in found.left.items():
+        if not is_view(node):
+            record.left[f"{node.name} ({node.target})"] = reason
+    for region in found.regions:
+        record.fused_ops += sum(1 for n in region.nodes if n.target is not operator.getitem)
+        record.templates[region.template] += 1
+    record.regions = len(found.regions)
+    install(gm, found.regions, backend, record.runs)
+    for reason in sorted(set(record.left.values())):
+        log.info("kernelgen %s graph: ATen runs ops because %s", name, reason)
+    with _LOCK:
+        _STATS.append(record)
+        for graphs in _COLLECTORS:
+            graphs.append(record)
+    return record
+
+
+def kernelgen_backend(gm: Any, example_inputs: list, options: dict | None = None, mode: str | None = None) -> Any:
+    """The Dynamo backend: AOTAutograd with a forward and a backward compiler that partition each graph.
+    ``options`` (from ``torch.compile(..., options=...)``): ``backend`` = ``auto`` | ``cpp`` | ``triton``."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    from kernelgen.errors import KernelgenError
+
+    options = dict(options or {})
+    kernel_backend = options.pop("backend", "auto")
+    if options or mode not in (None, "default"):
+        raise KernelgenError(f"kernelgen backend options {sorted(options)} / mode={mode!r} are not understood; "
+                             "the only option is 'backend' ('auto', 'cpp' or 'triton')")
+
+    def compiler(name: str) -> Any:
+        def compile_one(graph_module: Any, inputs: list) -> Any:
+            compile_graph(graph_module, name, kernel_backend)
+            return make_boxed_func(graph_module.forward)
+
+        return compile_one
+
+    return aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
+                        inference_compiler=compiler("inference"),
+                        decompositions=decompositions())(gm, example_inputs)
+
+
+def register() -> None:
+    """Register the backend with Dynamo under ``"kernelgen"`` (a no-op when it already is)."""
+    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+
+    if NAME not in _COMPILER_FNS:
+        register_backend(name=NAME)(kernelgen_backend)
+
+
+__all__ = ["GraphStats", "NAME", "collect", "compile_graph", "decompositions", "kernelgen_backend", "register",
+           "reset_stats", "stats"]

@@ -1,0 +1,191 @@
+"""Partition an ATen fx graph into regions that one kernelgen template covers; the rest stays ATen.
+
+Greedy, in topological order: each compute node joins the region of one of its producers when the grown
+region still lowers to a kernelgen ``Graph`` that a template matches (``kernelgen.templates.match``), and
+else starts a region of its own when it matches alone; otherwise it runs ATen with the reason recorded.
+XLA's rules hold by construction: a node belongs to at most one region, so nothing (least of all a
+reduction or a GEMM) is ever recomputed; a value read outside its region is one more region output.
+
+Views (``view``, ``permute``, ``expand``, ...) are never members: they stay ATen, where they cost nothing,
+and a region reads their result as a strided input (a transposed or broadcast load, no copy).
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernelgen.errors import KernelgenError
+from kernelgen.values import SUPPORTED_DTYPES, TensorSpec
+
+# ATen ops that only reinterpret their input's memory: free in ATen, read by a region through strides.
+VIEW_OPS = frozenset({"view", "_unsafe_view", "reshape", "permute", "t", "transpose", "expand", "unsqueeze",
+                      "squeeze", "alias", "slice", "select", "as_strided", "diagonal", "unfold", "split",
+                      "split_with_sizes", "unbind", "narrow", "detach"})
+
+
+@dataclass
+class Region:
+    """A convex set of fx nodes (``nodes``, topological order) that lowers to ``graph``, matched by
+    ``template``; it reads ``inputs`` and hands ``outputs`` (members read outside) back to the graph."""
+
+    nodes: list[Any]
+    inputs: list[Any] = field(default_factory=list)
+    outputs: list[Any] = field(default_factory=list)
+    graph: Any = None
+    template: str = ""
+
+
+@dataclass
+class Partition:
+    """The regions found and, for every compute node left to ATen, why."""
+
+    regions: list[Region]
+    left: dict[Any, str]
+
+
+def spec_of(value: Any) -> TensorSpec | None:
+    """The ``TensorSpec`` of a fake tensor from ``node.meta['val']``, or None when it is not a plain tensor of
+    static shape and a supported dtype (a SymInt size means a dynamic shape: those regions run ATen)."""
+    import torch
+
+    if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
+        return None
+    if not all(isinstance(s, int) for s in (*value.shape, *value.stride())):
+        return None
+    dtype = str(value.dtype).removeprefix("torch.")
+    if dtype not in SUPPORTED_DTYPES:
+        return None
+    return TensorSpec(tuple(value.shape), dtype, tuple(value.stride()))
+
+
+def op_packet(node: Any) -> str:
+    target = node.target
+    return getattr(getattr(target, "overloadpacket", None), "__name__", getattr(target, "__name__", str(target)))
+
+
+def is_view(node: Any) -> bool:
+    return node.op == "call_function" and op_packet(node) in VIEW_OPS
+
+
+def lower_region(members: list[Any]) -> tuple[Any, list[Any], list[Any]]:
+    """Lower ``members`` (topological order) to a kernelgen ``Graph``: ``(graph, inputs, outputs)``, where
+    inputs are the external fx nodes read and outputs the members read by any node outside ``members``.
+    Raises ``KernelgenError`` (``UnsupportedOpError`` among them) when some member does not lower."""
+    import torch.fx
+
+    from kernelgen import lowering
+    from kernelgen.errors import UnsupportedOpError
+    from kernelgen.ir import Graph, _Builder, _NodeRef, _prune
+
+    member_set = set(members)
+    builder = _Builder()
+    env: dict[Any, Any] = {}
+    inputs: list[Any] = []
+
+    def value(arg: Any) -> Any:
+        if arg in env:
+            return env[arg]
+        spec = spec_of(arg.meta.get("val"))
+        if spec is None:
+            raise UnsupportedOpError(f"{arg.name} is not a static-shape tensor of a supported dtype "
+                                     f"({_describe(arg.meta.get('val'))})")
+        env[arg] = _NodeRef(builder.add("input", (), spec, index=len(inputs)))
+        inputs.append(arg)
+        return env[arg]
+
+    for node in members:
+        args = torch.fx.node.map_arg(node.args, value)
+        kwargs = torch.fx.node.map_arg(node.kwargs, value)
+        if node.target is operator.getitem:
+            env[node] = lowering.lower(builder, "call_function", node.target, args, kwargs, None, node.name)
+            continue
+        meta = spec_of(node.meta.get("val"))
+        if meta is None and not isinstance(node.meta.get("val"), (tuple, list)):
+            raise UnsupportedOpError(f"{node.name} is not a static-shape tensor of a supported dtype "
+                                     f"({_describe(node.meta.get('val'))})")
+        where = f"{node.name} = {node.target}(...)"
+        env[node] = lowering.lower(builder, "call_function", node.target, args, kwargs, meta, where)
+    outputs = [n for n in members if isinstance(env.get(n), _NodeRef)
+               and any(u not in member_set for u in n.users)]
+    graph = _prune(Graph(tuple(builder.nodes), tuple(int(env[n]) for n in outputs)))
+    return graph, inputs, outputs
+
+
+def _describe(value: Any) -> str:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return f"{str(value.dtype).removeprefix('torch.')}{list(value.shape)}"
+    return type(value).__name__
+
+
+def try_region(members: list[Any]) -> Region | str:
+    """The region of ``members`` when a template covers it, else the reason it is not one."""
+    from kernelgen.templates import match
+
+    try:
+        graph, inputs, outputs = lower_region(members)
+    except KernelgenError as exc:
+        return str(exc)
+    except Exception as exc:  # a lowering bug on an odd graph must leave the node to ATen, not fail compile
+        return f"lowering failed: {type(exc).__name__}: {exc}"
+    if not outputs:
+        return "computes nothing read outside"
+    found = match(graph)
+    if found is None:
+        return f"no template covers ops {sorted(graph.ops())}"
+    return Region(list(members), inputs, outputs, graph, found[0].name)
+
+
+def partition(gm: Any) -> Partition:
+    """Regions of ``gm``'s graph (Dynamo/AOTAutograd ATen graph or ``make_fx`` output, with ``meta['val']``)."""
+    regions: list[Region] = []
+    region_of: dict[Any, int] = {}
+    upstream: dict[Any, frozenset[int]] = {}  # regions some path leads from into the node
+    left: dict[Any, str] = {}
+    for node in gm.graph.nodes:
+        ups: set[int] = set()
+        for p in node.all_input_nodes:
+            ups |= upstream.get(p, frozenset())
+            if p in region_of:
+                ups.add(region_of[p])
+        upstream[node] = frozenset(ups)
+        if node.op != "call_function" or node.target is operator.getitem:
+            continue  # getitems join with their producer
+        if is_view(node):
+            left[node] = "view (free in ATen; regions read it through strides)"
+            continue
+        extra = [u for u in node.users if u.target is operator.getitem]  # a multi-output op's projections
+        placed = _join(node, extra, regions, region_of, upstream)
+        if placed is None:
+            found = try_region([node, *extra])
+            if isinstance(found, str):
+                left[node] = found
+                continue
+            regions.append(found)
+            placed = len(regions) - 1
+        for n in (node, *extra):
+            region_of[n] = placed
+        upstream[node] = upstream[node] - {placed}
+    regions = [r for r in regions if r.nodes]
+    return Partition(regions, left)
+
+
+def _join(node: Any, extra: list[Any], regions: list[Region], region_of: dict[Any, int],
+          upstream: dict[Any, frozenset[int]]) -> int | None:
+    """The index of a producer's region that ``node`` joins (the region updated), or None."""
+    candidates = sorted({region_of[p] for p in node.all_input_nodes if p in region_of}, reverse=True)
+    for index in candidates:
+        # Convexity: an input from outside the region that itself depends on the region would make a cycle.
+        if any(region_of.get(p) != index and index in upstream.get(p, frozenset()) for p in node.all_input_nodes):
+            continue
+        found = try_region(regions[index].nodes + [node, *extra])
+        if isinstance(found, Region):
+            regions[index] = found
+            return index
+    return None
+
+
+__all__ = ["Partition", "Region", "VIEW_OPS", "lower_region", "partition", "spec_of", "try_region"]

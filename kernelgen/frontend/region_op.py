@@ -1,0 +1,181 @@
+"""Kernelgen regions inside an fx graph: the ``kernelgen::region`` custom op and the graph rewrite that calls it.
+
+One op serves every region: ``kernelgen::region(str key, Tensor[] inputs) -> Tensor[]``; ``key`` names a
+``RegionKernel`` registered in this process. The op has a fake implementation (outputs from the region's
+``Graph`` specs, contiguous, on the inputs' device) and an autograd formula (the region's ATen nodes
+replayed under autograd), so ``torch.library.opcheck`` holds and the op works under autograd directly.
+
+A region runs through ``kernelgen.compile`` of its own ATen sub-graph, so tuning-database lookup, the
+checked first run in an isolated worker, custom calls from the registry and the eager fallback (running
+the region's ATen nodes) are exactly those of ``kernelgen.compile``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import operator
+import threading
+from typing import Any
+
+log = logging.getLogger("kernelgen")
+_REGIONS: dict[str, "RegionKernel"] = {}
+_LOCK = threading.Lock()
+_COUNTER = itertools.count()
+_OP: Any = None
+
+
+class RegionKernel:
+    """One region: its ATen sub-graph ``gm`` (the eager replay), its kernelgen ``graph`` and the compiled
+    callable. ``counters`` (a dict or None) is told each run: ``kernel`` or ``eager``."""
+
+    def __init__(self, gm: Any, graph: Any, template: str, backend: str = "auto", counters: Any = None) -> None:
+        from kernelgen.dispatch import CompiledFunction
+
+        self.gm = gm
+        self.graph = graph
+        self.template = template
+        self.counters = counters
+        self.backend = backend
+        self.compiled = CompiledFunction(gm, backend)
+        self.impl: str | None = None  # what ran on the first call: a template/custom call name or "eager"
+        self.failed: str | None = None
+
+    def run(self, inputs: list) -> list:
+        import torch
+
+        with torch.no_grad():
+            outs = self._launch(inputs)
+        fresh = []
+        seen: set[int] = set()
+        for out in outs:  # a custom op's outputs never alias its inputs or each other
+            if any(out is x or out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr() for x in inputs) \
+                    or id(out) in seen or not out.is_contiguous():
+                out = out.contiguous().clone() if out.is_contiguous() else out.contiguous()
+            seen.add(id(out))
+            fresh.append(out)
+        return fresh
+
+    def _launch(self, inputs: list) -> tuple:
+        from kernelgen.errors import KernelgenError
+
+        if self.failed is None:
+            try:
+                outs = self.compiled(*inputs)
+                if self.impl is None:
+                    self.impl = self.compiled.explain(*inputs)["implementation"]
+                self._count("eager" if self.impl == "eager" else "kernel")
+                return tuple(outs) if isinstance(outs, (tuple, list)) else (outs,)
+            except KernelgenError as exc:  # e.g. inputs on a device the chosen backend cannot take
+                self.failed = str(exc)
+                log.warning("kernelgen region (%s) runs its ATen nodes: %s", self.template, exc)
+        self._count("eager")
+        return tuple(self.gm(*inputs))
+
+    def _count(self, what: str) -> None:
+        if self.counters is not None:
+            self.counters[what] = self.counters.get(what, 0) + 1
+
+
+def register(kernel: RegionKernel) -> str:
+    """Register ``kernel`` for the op; returns its key (unique in this process)."""
+    with _LOCK:
+        key = f"{kernel.template}_{next(_COUNTER)}_{kernel.graph.workload_key[:12]}"
+        _REGIONS[key] = kernel
+    return key
+
+
+def region_op() -> Any:
+    """``torch.ops.kernelgen.region.default``, defined on first use."""
+    global _OP
+    with _LOCK:
+        if _OP is None:
+            _OP = _define()
+    return _OP
+
+
+def _define() -> Any:
+    import torch
+
+    # The schema is spelled out: this module's annotations are strings (from __future__ import annotations).
+    @torch.library.custom_op("kernelgen::region", mutates_args=(), schema="(str key, Tensor[] inputs) -> Tensor[]")
+    def region(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        return _REGIONS[key].run(inputs)
+
+    @region.register_fake
+    def _(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        device = inputs[0].device if inputs else torch.device("cpu")
+        return [torch.empty(spec.shape, dtype=getattr(torch, spec.dtype), device=device)
+                for spec in _REGIONS[key].graph.output_specs]
+
+    def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+        key, tensors = inputs
+        ctx.key = key
+        ctx.save_for_backward(*tensors)
+
+    def backward(ctx: Any, grads: list) -> tuple:
+        # The region's ATen nodes replayed under autograd: eager's gradients by construction.
+        inputs = ctx.saved_tensors
+        wanted = [x.requires_grad or (x.is_floating_point() and need)
+                  for x, need in zip(inputs, ctx.needs_input_grad[1] if isinstance(ctx.needs_input_grad[1], (list, tuple))
+                                     else [ctx.needs_input_grad[1]] * len(inputs))]
+        with torch.enable_grad():
+            leaves = [x.detach().requires_grad_(w and x.is_floating_point()) for x, w in zip(inputs, wanted)]
+            outs = _REGIONS[ctx.key].gm(*leaves)
+        pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
+        wrt = [x for x in leaves if x.requires_grad]
+        found = iter(torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True)
+                     if pairs and wrt else [None] * len(wrt))
+        return None, [next(found) if x.requires_grad else None for x in leaves]
+
+    region.register_autograd(backward, setup_context=setup_context)
+    return torch.ops.kernelgen.region.default
+
+
+def install(gm: Any, regions: list, backend: str = "auto", counters: Any = None) -> list[str]:
+    """Replace each region's nodes in ``gm`` by one ``kernelgen::region`` call; returns the region keys.
+    Regions must be convex (``kernelgen.frontend.partition`` makes them so); the graph is re-sorted after."""
+    import torch.fx
+    from torch.fx.passes.tools_common import legalize_graph
+
+    op = region_op()
+    graph = gm.graph
+    keys = []
+    moved: dict[Any, Any] = {}  # a region output -> the getitem of its region call that replaced it
+    for region in regions:
+        region.inputs = [moved.get(n, n) for n in region.inputs]
+        sub = _subgraph(gm, region)
+        key = register(RegionKernel(sub, region.graph, region.template, backend, counters))
+        keys.append(key)
+        with graph.inserting_after(region.nodes[-1]):
+            call = graph.call_function(op, (key, list(region.inputs)))
+        with graph.inserting_after(call):
+            for i, out in enumerate(region.outputs):
+                item = graph.call_function(operator.getitem, (call, i))
+                item.meta = dict(out.meta)
+                out.replace_all_uses_with(item)
+                moved[out] = item
+        for node in reversed(region.nodes):
+            graph.erase_node(node)
+    legalize_graph(gm)  # sets gm.graph to a topologically sorted copy
+    gm.graph.lint()
+    gm.recompile()
+    return keys
+
+
+def _subgraph(gm: Any, region: Any) -> Any:
+    """The region's ATen nodes as a GraphModule of (inputs) -> tuple(outputs): its eager replay."""
+    import torch.fx
+
+    graph = torch.fx.Graph()
+    env: dict[Any, Any] = {}
+    for i, node in enumerate(region.inputs):
+        env[node] = graph.placeholder(f"in{i}_{node.name}")
+        env[node].meta = dict(node.meta)
+    for node in region.nodes:
+        env[node] = graph.node_copy(node, lambda n: env[n])
+    graph.output(tuple(env[n] for n in region.outputs))
+    return torch.fx.GraphModule(gm, graph)
+
+
+__all__ = ["RegionKernel", "install", "region_op", "register"]
