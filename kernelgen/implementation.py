@@ -115,11 +115,12 @@ def resolve(graph: Graph, name: str, backend: str) -> Implementation:
     raise NoTemplateError(f"no implementation named {name!r} covers this graph on backend {backend!r}")
 
 
-def allocate_outputs(graph: Graph) -> list[Any]:
-    """Fresh contiguous CPU tensors for the graph's outputs."""
+def allocate_outputs(graph: Graph, device: Any = "cpu") -> list[Any]:
+    """Fresh contiguous tensors for the graph's outputs on ``device`` (the inputs' device: a Triton kernel on a
+    GPU writes GPU memory)."""
     import torch
 
-    return [torch.empty(spec.shape, dtype=getattr(torch, spec.dtype)) for spec in graph.output_specs]
+    return [torch.empty(spec.shape, dtype=getattr(torch, spec.dtype), device=device) for spec in graph.output_specs]
 
 
 __all__ = ["Implementation", "Launcher", "TemplateImplementation", "allocate_outputs", "implementations_for",

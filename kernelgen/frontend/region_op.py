@@ -29,10 +29,13 @@ class RegionKernel:
     """One region: its ATen sub-graph ``gm`` (the eager replay), its kernelgen ``graph`` and the compiled
     callable. ``counters`` (a dict or None) is told each run: ``kernel`` or ``eager``."""
 
-    def __init__(self, gm: Any, graph: Any, template: str, backend: str = "auto", counters: Any = None) -> None:
+    def __init__(self, gm: Any, graph: Any, template: str, backend: str = "auto", counters: Any = None,
+                 strides: tuple | None = None) -> None:
         from kernelgen.dispatch import CompiledFunction
 
         self.gm = gm
+        # the outputs' strides in the traced graph (default: contiguous)
+        self.strides = strides if strides is not None else tuple(s.effective_strides() for s in graph.output_specs)
         self.graph = graph
         self.template = template
         self.counters = counters
@@ -47,12 +50,13 @@ class RegionKernel:
         with torch.no_grad():
             outs = self._launch(inputs)
         fresh = []
-        seen: set[int] = set()
-        for out in outs:  # a custom op's outputs never alias its inputs or each other
-            if any(out is x or out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr() for x in inputs) \
-                    or id(out) in seen or not out.is_contiguous():
-                out = out.contiguous().clone() if out.is_contiguous() else out.contiguous()
-            seen.add(id(out))
+        for out, strides in zip(outs, self.strides):
+            # A custom op's outputs never alias its inputs or each other, and they have the strides the
+            # graph was traced with (eager's: an elementwise op on a transposed input keeps its layout).
+            if out.stride() != strides or any(out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+                                               for x in (*inputs, *fresh)):
+                copy = torch.empty_strided(out.shape, strides, dtype=out.dtype, device=out.device)
+                out = copy.copy_(out)
             fresh.append(out)
         return fresh
 
@@ -105,8 +109,9 @@ def _define() -> Any:
     @region.register_fake
     def _(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         device = inputs[0].device if inputs else torch.device("cpu")
-        return [torch.empty(spec.shape, dtype=getattr(torch, spec.dtype), device=device)
-                for spec in _REGIONS[key].graph.output_specs]
+        kernel = _REGIONS[key]
+        return [torch.empty_strided(spec.shape, strides, dtype=getattr(torch, spec.dtype), device=device)
+                for spec, strides in zip(kernel.graph.output_specs, kernel.strides)]
 
     def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
         key, tensors = inputs
@@ -145,7 +150,8 @@ def install(gm: Any, regions: list, backend: str = "auto", counters: Any = None)
     for region in regions:
         region.inputs = [moved.get(n, n) for n in region.inputs]
         sub = _subgraph(gm, region)
-        key = register(RegionKernel(sub, region.graph, region.template, backend, counters))
+        strides = tuple(tuple(out.meta["val"].stride()) for out in region.outputs)
+        key = register(RegionKernel(sub, region.graph, region.template, backend, counters, strides))
         keys.append(key)
         with graph.inserting_after(region.nodes[-1]):
             call = graph.call_function(op, (key, list(region.inputs)))

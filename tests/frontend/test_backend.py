@@ -1,0 +1,183 @@
+"""``torch.compile(..., backend="kernelgen")``: results and gradients against eager, Dynamo's features
+(graph breaks, fullgraph, tensor attribute reads, Python scalars, dynamic shapes), the region custom op."""
+
+from __future__ import annotations
+
+import pathlib
+import tomllib
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
+
+from kernelgen.errors import KernelgenError  # noqa: E402
+from kernelgen.frontend import dynamo_backend  # noqa: E402
+from kernelgen.frontend.region_op import RegionKernel  # noqa: E402
+
+dynamo_backend.register()  # what the entry point does once kernelgen is installed
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+class MLP(nn.Module):
+    def __init__(self, d: int = 8, h: int = 16) -> None:
+        super().__init__()
+        self.up, self.norm, self.down = nn.Linear(d, h), nn.LayerNorm(h), nn.Linear(h, d)
+
+    def forward(self, x):
+        return x + self.down(F.gelu(self.norm(self.up(x))))
+
+
+def grads_of(model, x, g):
+    out = model(x)
+    out.backward(g)
+    grads = [x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
+    x.grad = None
+    model.zero_grad()
+    return out.detach(), grads
+
+
+@pytest.mark.slow  # ~12 s: compiles and checks a dozen kernels
+def test_mlp_forward_and_backward_match_eager_and_run_kernels():
+    torch.manual_seed(0)
+    model, x = MLP(), torch.randn(2, 3, 8, requires_grad=True)
+    g = torch.randn(2, 3, 8)
+    with dynamo_backend.collect() as graphs:
+        got, got_grads = grads_of(torch.compile(model, backend="kernelgen"), x, g)
+    want, want_grads = grads_of(model, x, g)
+    torch.testing.assert_close(got, want)
+    for a, b in zip(got_grads, want_grads):
+        torch.testing.assert_close(a, b)
+    assert [s.name for s in graphs] == ["forward", "backward"]
+    forward, backward = graphs
+    assert forward.runs.get("kernel", 0) == forward.regions > 0 and forward.coverage == 1.0
+    assert backward.runs.get("kernel", 0) == backward.regions > 0
+    assert {"gemm", "reduction"} <= set(forward.templates)
+    # what is left to ATen is listed with the reason (the bias gradients reduce over leading dims)
+    assert all("dim=" in reason for reason in backward.left.values())
+
+
+@pytest.mark.slow  # ~8 s
+def test_gradcheck_in_float64():
+    torch.manual_seed(0)
+    model = MLP(4, 6).double()
+    compiled = torch.compile(model, backend="kernelgen")
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(compiled, (x,))
+
+
+def test_graph_break_compiles_both_sides():
+    def fn(x):
+        y = torch.softmax(x * 2, -1)
+        torch._dynamo.graph_break()
+        return torch.relu(y - 0.1) * 3
+
+    x = torch.randn(4, 8)
+    with dynamo_backend.collect() as graphs:
+        got = torch.compile(fn, backend="kernelgen")(x)
+    torch.testing.assert_close(got, fn(x))
+    assert len(graphs) == 2 and all(s.runs.get("kernel", 0) == 1 for s in graphs)
+
+
+def test_fullgraph_with_tensor_attribute_reads_and_python_scalars():
+    def fn(x, scale: float, shift: int):
+        if x.device.type == "cpu" and x.dtype == torch.float32:
+            y = x * scale + x.shape[-1]
+        else:
+            y = x
+        return torch.tanh(y) - shift
+
+    x = torch.randn(4, 8)
+    with dynamo_backend.collect() as graphs:
+        got = torch.compile(fn, backend="kernelgen", fullgraph=True)(x, 0.5, 2)
+    torch.testing.assert_close(got, fn(x, 0.5, 2))
+    assert graphs[0].regions == 1 and graphs[0].coverage == 1.0
+
+
+def test_dynamic_shapes_run_aten_with_a_reason():
+    def fn(x):
+        return torch.sigmoid(x) * x
+
+    compiled = torch.compile(fn, backend="kernelgen", dynamic=True)
+    with dynamo_backend.collect() as graphs:
+        for n in (3, 5):
+            x = torch.randn(n, 8)
+            torch.testing.assert_close(compiled(x), fn(x))
+    assert graphs and graphs[0].regions == 0
+    assert any("static-shape" in reason for reason in graphs[0].left.values())
+
+
+def test_unknown_option_is_a_kernelgen_error():
+    compiled = torch.compile(lambda x: x + 1, backend="kernelgen", options={"tile": 4})
+    with pytest.raises(Exception) as info:
+        compiled(torch.randn(3))
+    chain = [info.value, getattr(info.value, "inner_exception", None), info.value.__cause__]
+    assert any(isinstance(e, KernelgenError) and "tile" in str(e) for e in chain)
+
+
+def test_entry_point_names_the_backend():
+    project = tomllib.loads((pathlib.Path(__file__).parents[2] / "pyproject.toml").read_text())
+    target = project["project"]["entry-points"]["torch_dynamo_backends"]["kernelgen"]
+    module, _, name = target.partition(":")
+    assert getattr(__import__(module, fromlist=[name]), name) is dynamo_backend.kernelgen_backend
+
+
+def _installed_region(fn, *inputs):
+    gm = make_fx(fn, decomposition_table=dynamo_backend.decompositions())(*inputs)
+    dynamo_backend.compile_graph(gm, "test")
+    call = next(n for n in gm.graph.nodes if n.target is torch.ops.kernelgen.region.default)
+    return gm, call.args[0]
+
+
+def test_region_op_passes_opcheck():
+    x, b = torch.randn(4, 8, requires_grad=True), torch.randn(8, requires_grad=True)
+    _, key = _installed_region(lambda x, b: (F.gelu(x + b) * 2,), x.detach(), b.detach())
+    torch.library.opcheck(torch.ops.kernelgen.region.default, (key, [x, b]),
+                          test_utils=("test_schema", "test_autograd_registration", "test_faketensor",
+                                      "test_aot_dispatch_static"))
+
+
+def test_region_op_under_autograd_gives_eager_gradients():
+    x, b = torch.randn(4, 8, requires_grad=True), torch.randn(8, requires_grad=True)
+    _, key = _installed_region(lambda x, b: (torch.softmax(x * b, -1),), x.detach(), b.detach())
+    out, = torch.ops.kernelgen.region.default(key, [x, b])
+    out.pow(2).sum().backward()
+    ours = x.grad.clone(), b.grad.clone()
+    x.grad = b.grad = None
+    torch.softmax(x * b, -1).pow(2).sum().backward()
+    torch.testing.assert_close(ours, (x.grad, b.grad))
+
+
+def test_a_region_whose_kernel_fails_runs_its_aten_nodes(monkeypatch):
+    def broken(self, *inputs):
+        raise KernelgenError("kernel unavailable")
+
+    monkeypatch.setattr("kernelgen.dispatch.CompiledFunction.__call__", broken)
+    x = torch.randn(4, 8)
+    fn = lambda x: torch.exp(x) * 2  # noqa: E731
+    with dynamo_backend.collect() as graphs:
+        got = torch.compile(fn, backend="kernelgen")(x)
+    torch.testing.assert_close(got, fn(x))
+    assert graphs[0].runs == {"eager": 1}
+
+
+def test_region_kernel_outputs_never_alias_inputs():
+    x = torch.randn(4, 8)
+    gm, key = _installed_region(lambda x: (x * 1.0,), x)
+    from kernelgen.frontend.region_op import _REGIONS
+
+    kernel: RegionKernel = _REGIONS[key]
+    kernel.compiled = lambda *inputs: inputs  # an implementation that hands its input back
+    kernel.impl = "test"
+    out, = torch.ops.kernelgen.region.default(key, [x])
+    assert out.data_ptr() != x.data_ptr()
+    torch.testing.assert_close(out, x)

@@ -1,0 +1,122 @@
+"""The partitioner's regions on hand-made ATen graphs (``make_fx`` with core ATen decompositions)."""
+
+from __future__ import annotations
+
+import operator
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.nn.functional as F  # noqa: E402
+from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
+
+from kernelgen.frontend.dynamo_backend import compile_graph, decompositions  # noqa: E402
+from kernelgen.frontend.partition import partition  # noqa: E402
+
+aten = torch.ops.aten
+
+
+def aten_graph(fn, *inputs):
+    return make_fx(fn, decomposition_table=decompositions())(*inputs)
+
+
+def regions_of(fn, *inputs):
+    found = partition(aten_graph(fn, *inputs))
+    return [(r.template, [n.target for n in r.nodes if n.target is not operator.getitem]) for r in found.regions], \
+        found
+
+
+def test_linear_bias_gelu_scale_is_one_gemm_region_with_epilogue():
+    regions, found = regions_of(lambda x, w, b: F.gelu(F.linear(x, w, b)) * 2,
+                                torch.randn(4, 8), torch.randn(16, 8), torch.randn(16))
+    assert regions == [("gemm", [aten.addmm.default, aten.gelu.default, aten.mul.Tensor])]
+    # the weight's transpose stays an ATen view, read by the kernel through its strides
+    assert [n.target for n in found.left] == [aten.permute.default]
+
+
+def test_softmax_with_prologue_and_epilogue_is_one_reduction_region():
+    regions, _ = regions_of(lambda x: torch.softmax(x * 3, -1) + 1, torch.randn(4, 8))
+    assert regions == [("reduction", [aten.mul.Tensor, aten._softmax.default, aten.add.Tensor])]
+
+
+def test_layer_norm_region_keeps_its_three_outputs_together():
+    regions, found = regions_of(lambda x, w, b: F.layer_norm(x, (8,), w, b).relu(),
+                                torch.randn(4, 8), torch.randn(8), torch.randn(8))
+    assert regions == [("reduction", [aten.native_layer_norm.default, aten.relu.default])]
+    assert len(found.regions[0].outputs) == 1  # mean and rstd are not read outside
+
+
+def test_reduction_over_a_leading_dim_is_left_to_aten_with_its_reason():
+    regions, found = regions_of(lambda x: (x.sum(0), x.exp()), torch.randn(4, 8))
+    assert regions == [("pointwise", [aten.exp.default])]
+    (node, reason), = found.left.items()
+    assert node.target == aten.sum.dim_IntList and "dim=[0]" in reason
+
+
+def test_a_gemm_read_by_two_consumers_is_not_recomputed():
+    # the matmul result feeds two epilogues: one region holds the GEMM, nothing computes it twice
+    def fn(x, w):
+        y = x @ w
+        return y.relu(), y.sigmoid() * 2
+
+    regions, found = regions_of(fn, torch.randn(4, 8), torch.randn(8, 16))
+    mm_regions = [r for r in regions if aten.mm.default in r[1]]
+    assert len(mm_regions) == 1
+    assert sum(r[1].count(aten.mm.default) for r in regions) == 1
+    # the other consumer is still fused, in a pointwise region reading the GEMM's output
+    fused = {t for _, nodes in regions for t in nodes}
+    assert {aten.relu.default, aten.sigmoid.default, aten.mul.Tensor} <= fused
+
+
+def test_multi_output_pointwise_region():
+    def fn(x, y):
+        s = x + y
+        return s.exp(), s * 2
+
+    regions, found = regions_of(fn, torch.randn(4, 8), torch.randn(8))
+    assert regions == [("pointwise", [aten.add.Tensor, aten.exp.default, aten.mul.Tensor])]
+    assert len(found.regions[0].outputs) == 2
+
+
+def test_regions_are_convex():
+    # exp(x) -> sum over dim 0 (ATen) -> added back to exp(x): the add cannot join exp's region, which would
+    # then both feed and read the ATen reduction
+    def fn(x):
+        e = x.exp()
+        return e + e.sum(0)
+
+    regions, found = regions_of(fn, torch.randn(4, 8))
+    assert [nodes for _, nodes in regions] == [[aten.exp.default], [aten.add.Tensor]]
+
+
+def test_installed_regions_compute_what_the_aten_graph_computes():
+    def fn(x, w, b):
+        h = F.layer_norm(x, (8,), w, b)
+        return torch.softmax(h * 2, -1), h.sum(0)
+
+    inputs = (torch.randn(6, 8), torch.randn(8), torch.randn(8))
+    gm = aten_graph(fn, *inputs)
+    want = gm(*inputs)
+    record = compile_graph(gm, "test")
+    ops = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    # layer norm, scale and softmax share their rows: one reduction region holds all three
+    assert ops.count(torch.ops.kernelgen.region.default) == record.regions == 1
+    assert record.fused_ops == record.aten_ops - 1  # the leading-dim sum stays ATen
+    got = gm(*inputs)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+    assert record.runs.get("kernel", 0) == 1
+
+
+def test_non_contiguous_region_output_keeps_eager_strides():
+    # an elementwise op on a transposed input keeps the transposed layout in eager; the graph's later view
+    # relies on it, so the region's output must come back with those strides
+    def fn(x):
+        y = x.t() * 2
+        return y.t().reshape(-1)
+
+    x = torch.randn(4, 6)
+    gm = aten_graph(fn, x)
+    compile_graph(gm, "test")
+    torch.testing.assert_close(gm(x)[0] if isinstance(gm(x), (tuple, list)) else gm(x), fn(x))
