@@ -47,3 +47,81 @@ def test_make_names_the_choices_for_an_unknown_model_or_size():
     with pytest.raises(KeyError, match="bench"):
         make("gpt2", "huge")
     assert all(set(sizes) == {"test", "bench"} for sizes in MODELS.values())
+
+
+# --- through torch.compile(backend="kernelgen") -----------------------------------------------------------
+
+def _backend():
+    """The kernelgen Dynamo backend module, registered; skips where this branch has none yet."""
+    try:
+        from kernelgen.frontend import dynamo_backend
+    except ImportError as exc:
+        pytest.skip(f"kernelgen's torch.compile backend is not in this checkout ({exc})")
+    dynamo_backend.register()
+    return dynamo_backend
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    # Every test compiles a new copy of a model class: start from empty Dynamo caches (and recompile limits).
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _compare(name: str, mode: str, kernel_backend: str) -> None:
+    backend = _backend()
+    module, inputs = make(name, "test")
+    ours = copy.deepcopy(module)
+    compiled = torch.compile(ours, backend="kernelgen", options={"backend": kernel_backend})
+    with backend.collect() as graphs:
+        got, _ = _step(compiled, inputs, mode)
+    got_grads = {n: p.grad for n, p in ours.named_parameters()} if mode == "fwd+bwd" else {}
+    want, want_grads = _step(module, inputs, mode)
+    torch.testing.assert_close(got, want, **TOL)
+    assert got_grads.keys() == want_grads.keys()
+    for n, g in got_grads.items():
+        torch.testing.assert_close(g, want_grads[n], **TOL, msg=lambda m, n=n: f"grad of {n}: {m}")
+    # Kernelgen kernels really ran, in the forward and (when there is one) the backward graph: a model that
+    # fell back to ATen entirely cannot pass.
+    kinds = {"fwd": {"inference"}, "fwd+bwd": {"forward", "backward"}}[mode]
+    ran = {g.name for g in graphs if g.fused_ops > 0 and g.runs.get("kernel", 0) > 0}
+    assert kinds <= ran, [g.as_dict() for g in graphs]
+
+
+# Known backend bugs (reported with minimal repros; drop the mark once wip-backend fixes them):
+_KNOWN = {
+    # torch's core-ATen table decomposes _scaled_dot_product_flash_attention_for_cpu's forward into math whose
+    # "logsumexp" output is the attention matrix, while the backward op stays whole and reads it as a
+    # logsumexp: SDPA's q/k/v grads are wrong under plain AOTAutograd + that table too (Inductor's table
+    # leaves the op whole).
+    ("llama", "fwd+bwd"): pytest.mark.xfail(raises=AssertionError, strict=False,
+                                            reason="SDPA backward after core-ATen decomposition: wrong grads"),
+    # BatchNorm2d(eval) + ReLU with an input that requires grad: the partitioner's regions form a cycle.
+    ("cnn", "fwd+bwd"): pytest.mark.xfail(raises=RuntimeError, strict=False,
+                                          reason="partitioner: 'Input graph has cycles' in BN+ReLU backward"),
+}
+# The first models compile most of the kernels (g++ and a checked first run each): seconds to tens of them.
+_SLOW = {"gpt2", "llama"}
+
+
+def _cases(models):
+    return [pytest.param(n, m, marks=[*([_KNOWN[n, m]] if (n, m) in _KNOWN else []),
+                                      *([pytest.mark.slow] if n in _SLOW else [])])
+            for n in models for m in ("fwd", "fwd+bwd")]
+
+
+@pytest.mark.parametrize(("name", "mode"), _cases(names()))
+def test_model_matches_eager_on_the_cpp_backend(name, mode):
+    _compare(name, mode, "cpp")
+
+
+@pytest.mark.parametrize(("name", "mode"), _cases(["bert", "gpt2"]))
+def test_model_matches_eager_on_the_triton_backend(name, mode):
+    from kernelgen.backends.triton import interpreter_active
+
+    if not (interpreter_active() or torch.cuda.is_available()):
+        pytest.skip("triton was imported before TRITON_INTERPRET=1 was set")
+    if torch.cuda.is_available() and not interpreter_active():
+        pytest.skip("on a GPU the models would need moving to it; this test covers the interpreter")
+    _compare(name, mode, "triton")
