@@ -22,6 +22,7 @@ import functools
 import json
 import math
 import os
+import re
 import statistics
 import sys
 import time
@@ -45,15 +46,18 @@ RTOL = ATOL = 1e-3
 
 # --- kernelgen's backend and its coverage stats, looked up so the bench runs (with empty columns) without it
 
-def backend_available() -> bool:
-    return unavailable_reason() is None
+def _backend_module() -> Any:
+    from kernelgen.frontend import dynamo_backend
+
+    dynamo_backend.register()  # idempotent; the entry point may not be installed for this checkout
+    return dynamo_backend
 
 
 def unavailable_reason() -> str | None:
     try:
-        import kernelgen  # noqa: F401  (registers the backend where importing kernelgen does so)
         from torch._dynamo.backends.registry import lookup_backend
 
+        _backend_module()
         lookup_backend("kernelgen")
     except Exception as exc:
         return f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
@@ -61,12 +65,23 @@ def unavailable_reason() -> str | None:
 
 
 def recording() -> contextlib.AbstractContextManager:
-    return contextlib.nullcontext()
+    """``with recording() as graphs:`` collects the backend's stats of the graphs compiled in the block."""
+    return _backend_module().collect()
 
 
-def op_share() -> float | None:
-    """Share of the ATen graph's ops inside kernelgen regions, from the backend's stats of the last call."""
-    return None
+def graph_summary(graphs: list) -> dict[str, Any]:
+    """The backend's view of one model step: ATen ops in and outside regions, region runs, reasons left."""
+    left: dict[str, int] = {}
+    for g in graphs:
+        for reason in g.left.values():
+            # One line per kind of reason: drop the node it names and the list of what is supported.
+            reason = re.sub(r" at `[^`]*`", "", reason).split(";")[0]
+            left[reason] = left.get(reason, 0) + 1
+    total, fused = sum(g.aten_ops for g in graphs), sum(g.fused_ops for g in graphs)
+    return {"graphs": [g.as_dict() for g in graphs], "aten_ops": total, "fused_ops": fused,
+            "op_share": fused / total if total else None, "left": left,
+            "kernel_runs": sum(g.runs.get("kernel", 0) for g in graphs),
+            "eager_runs": sum(g.runs.get("eager", 0) for g in graphs)}
 
 
 def measure(kg_step: Callable[[], Any], eager_step: Callable[[], Any]) -> dict[str, Any]:
@@ -78,7 +93,15 @@ def measure(kg_step: Callable[[], Any], eager_step: Callable[[], Any]) -> dict[s
     eager, kg = _top_level_ops(eager_step), _top_level_ops(kg_step)
     share = 1.0 - kg["aten_s"] / eager["aten_s"] if eager["aten_s"] else None
     return {"launches": kg["kernelgen"] + kg["aten"], "regions": kg["kernelgen"], "eager_launches": eager["aten"],
-            "time_share": None if share is None else min(max(share, 0.0), 1.0), "op_share": op_share()}
+            "time_share": None if share is None else min(max(share, 0.0), 1.0)}
+
+
+def tune_note() -> str:
+    return "kernelgen: --tuned asked, but the backend exposes no tuning entry point yet: untuned defaults."
+
+
+def tune(name: str, size: str, mode: str) -> None:
+    return None
 
 
 @functools.lru_cache(maxsize=None)
@@ -169,22 +192,25 @@ def bench_model(name: str, size: str, mode: str, rounds: int, kernelgen: bool) -
     eager_step = _step(module, inputs, mode)
     reference = eager_step()
     steps: dict[str, Callable[[], Any]] = {"eager": eager_step}
+    kg_graphs: list = []
     for variant in VARIANTS[1:]:
         if variant == "kernelgen" and not kernelgen:
             continue
         backend = "inductor" if variant == "inductor" else "kernelgen"
         try:
             step = _step(_compile(module, backend), inputs, mode)
-            with recording() if variant == "kernelgen" else contextlib.nullcontext():
+            with recording() if variant == "kernelgen" else contextlib.nullcontext([]) as graphs:
                 t0 = time.perf_counter()
                 got = step()  # the first call compiles (and, for kernelgen, checks its kernels once)
                 row["compile_s"][variant] = time.perf_counter() - t0
+            if variant == "kernelgen":
+                kg_graphs = graphs
             row["error"][variant], row["ok"][variant] = _max_err(got, reference)
             steps[variant] = step
         except Exception as exc:  # a compiler that cannot take the model is a row entry, not the end of the run
             row["failed"][variant] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
     if "kernelgen" in steps:
-        row["coverage"] = measure(steps["kernelgen"], eager_step)
+        row["coverage"] = {**measure(steps["kernelgen"], eager_step), **graph_summary(kg_graphs)}
     for step in steps.values():  # warm: allocator, caches, lazily built kernels
         step()
     samples: dict[str, list[float]] = {v: [] for v in steps}
@@ -234,8 +260,9 @@ def print_table(rows: list[dict[str, Any]], size: str, tuned_note: str) -> None:
             print(f"{'':16} Inductor outside tolerance (max err {e['inductor']:.2e})")
         for variant, why in r["failed"].items():
             print(f"{'':16} {variant} failed: {why}")
-        if cov.get("note"):
-            print(f"{'':16} coverage: {cov['note']}")
+        if cov.get("eager_runs"):
+            print(f"{'':16} {cov['eager_runs']} of {cov['eager_runs'] + cov['kernel_runs']} region runs replayed "
+                  f"ATen (kernel unavailable or failed its check)")
     print("-" * len(head))
     for mode in MODES:
         sel = [r for r in rows if r["mode"] == mode]
@@ -246,6 +273,14 @@ def print_table(rows: list[dict[str, Any]], size: str, tuned_note: str) -> None:
                           if r["times"].get(num) and r["times"].get(den)])
             parts.append(f"{label} {g:.2f}x" if g else f"{label} -")
         print(f"geomean {mode:8}: " + ", ".join(parts))
+    left: dict[str, list[str]] = {}
+    for r in rows:
+        for reason, n in (r.get("coverage") or {}).get("left", {}).items():
+            left.setdefault(reason, []).append(f"{r['model']} {r['mode']} {n}")
+    if left:
+        print("ATen ops left outside kernelgen regions, by reason (model, mode, ops):")
+        for reason, where in sorted(left.items(), key=lambda kv: -sum(int(w.rsplit(" ", 1)[1]) for w in kv[1])):
+            print(f"  {reason}: {', '.join(where)}")
     print(f"size={size}; times are medians of interleaved rounds (eager, Inductor, kernelgen per round); "
           f"speedup = other's time / this one's; compile = first call (kernelgen's includes its one-off "
           f"isolated kernel checks); err = max abs error of outputs and grads vs eager, ok = kernelgen within "
@@ -264,7 +299,7 @@ def main() -> None:
     parser.add_argument("--tuned", action="store_true", help="tune kernelgen's regions first, where it can")
     parser.add_argument("--json", action="store_true", help="also print the rows as JSON")
     args = parser.parse_args()
-    kernelgen = backend_available()
+    kernelgen = unavailable_reason() is None
     tuned_note = "kernelgen: untuned defaults (no tuning database records used unless already present)."
     if args.tuned:
         tuned_note = tune_note()
