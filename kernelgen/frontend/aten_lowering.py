@@ -58,18 +58,15 @@ def _view(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
 
 @_handles("aten.alias", "aten.clone", "aten.lift_fresh_copy")
 def _alias(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
-    if kwargs.get("memory_format") not in (None,) and meta is not None and not meta.is_contiguous:
-        raise UnsupportedOpError(f"clone to a non-contiguous memory format at `{where}`")
+    # The value is the input's; the layout (clone(memory_format=...)) is the region output's strides.
     return int(args[0])
 
 
 @_handles("aten._to_copy", "prims.convert_element_type", "aten.convert_element_type")
 def _to_copy(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    # A device move has a result on another device than its input: the partitioner keeps it out of regions.
     if meta is None:
         raise UnsupportedOpError(f"cannot tell the result dtype of `{where}`")
-    device = kwargs.get("device")
-    if device is not None and str(device) != "meta" and getattr(meta, "device", None) not in (None, str(device)):
-        raise UnsupportedOpError(f"device move at `{where}`; it stays an ATen copy")
     return _cast_to(b, int(args[0]), meta.dtype)
 
 

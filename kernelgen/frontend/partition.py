@@ -3,6 +3,7 @@
 Greedy, in topological order: each compute node joins the region of one of its producers when the grown
 region still lowers to a kernelgen ``Graph`` that a template matches (``kernelgen.templates.match``), and
 else starts a region of its own when it matches alone; otherwise it runs ATen with the reason recorded.
+A node joins a producer's region (vertical fusion) or a region reading the same inputs (sibling fusion).
 XLA's rules hold by construction: a node belongs to at most one region, so nothing (least of all a
 reduction or a GEMM) is ever recomputed; a value read outside its region is one more region output.
 
@@ -107,6 +108,9 @@ def lower_region(members: list[Any]) -> tuple[Any, list[Any], list[Any]]:
                                      f"({_describe(node.meta.get('val'))})")
         where = f"{node.name} = {node.target}(...)"
         env[node] = lowering.lower(builder, "call_function", node.target, args, kwargs, meta, where)
+    devices = {str(v.device) for v in (n.meta.get("val") for n in (*inputs, *members)) if hasattr(v, "device")}
+    if len(devices) > 1:  # a kernel writes on its inputs' device: a device move stays an ATen copy
+        raise UnsupportedOpError(f"region would span devices {sorted(devices)}")
     outputs = [n for n in members if isinstance(env.get(n), _NodeRef)
                and any(u not in member_set for u in n.users)]
     graph = _prune(Graph(tuple(builder.nodes), tuple(int(env[n]) for n in outputs)))
@@ -175,9 +179,13 @@ def partition(gm: Any) -> Partition:
 
 def _join(node: Any, extra: list[Any], regions: list[Region], region_of: dict[Any, int],
           upstream: dict[Any, frozenset[int]]) -> int | None:
-    """The index of a producer's region that ``node`` joins (the region updated), or None."""
-    candidates = sorted({region_of[p] for p in node.all_input_nodes if p in region_of}, reverse=True)
-    for index in candidates:
+    """The index of a region that ``node`` joins (the region updated), or None. Producers' regions are tried
+    first (vertical fusion: the value stays in registers), then regions reading the same inputs (sibling
+    fusion: the shared input is loaded once, the region gets one more output), latest first."""
+    producers = sorted({region_of[p] for p in node.all_input_nodes if p in region_of}, reverse=True)
+    siblings = sorted({i for i, r in enumerate(regions) if r.nodes and i not in producers
+                       and any(p in r.inputs for p in node.all_input_nodes)}, reverse=True)
+    for index in producers + siblings:
         # Convexity: an input from outside the region that itself depends on the region would make a cycle.
         if any(region_of.get(p) != index and index in upstream.get(p, frozenset()) for p in node.all_input_nodes):
             continue

@@ -120,3 +120,24 @@ def test_non_contiguous_region_output_keeps_eager_strides():
     gm = aten_graph(fn, x)
     compile_graph(gm, "test")
     torch.testing.assert_close(gm(x)[0] if isinstance(gm(x), (tuple, list)) else gm(x), fn(x))
+
+
+def test_siblings_reading_one_input_share_a_region():
+    # two independent chains over x: one multi-output kernel loads x once
+    def fn(x):
+        return x.exp() * 2, torch.tanh(x) + 1
+
+    regions, found = regions_of(fn, torch.randn(4, 8))
+    assert len(regions) == 1 and regions[0][0] == "pointwise"
+    assert len(found.regions[0].outputs) == 2
+
+
+def test_a_device_move_stays_out_of_regions():
+    # x.to("meta") inside the graph: a kernel writes on its inputs' device, so the copy is ATen's
+    def fn(x):
+        return (x * 2).to("meta") + 1
+
+    gm = make_fx(fn, tracing_mode="fake", decomposition_table=decompositions())(torch.randn(4, 8))
+    found = partition(gm)
+    assert all(aten._to_copy.default not in [n.target for n in r.nodes] for r in found.regions)
+    assert any(n.target == aten._to_copy.default for n in found.left)
