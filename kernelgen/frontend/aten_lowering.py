@@ -9,6 +9,7 @@ returns three values), an aten-only handler is registered here under ``aten.<pac
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from kernelgen import lowering
@@ -138,6 +139,39 @@ def _native_layer_norm(b: Any, args: tuple, kwargs: dict, meta: Any, where: str)
     if _is_node(bias):
         y = b.elementwise("add", (y, int(bias)))
     return (_ref(y), _ref(mean), _ref(rstd))
+
+
+@_handles("aten.var_mean")
+def _var_mean(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> tuple:
+    """(var, mean) over the last dim (Inductor's layer_norm decomposition), with ``correction`` as in var."""
+    x = int(args[0])
+    dim = _arg(args, kwargs, 1, "dim")
+    lowering._last_dim(b, x, dim if dim is not None else [], where)
+    if not lowering._is_float_dtype(b.spec(x).dtype):
+        raise UnsupportedOpError(f"var_mean of {b.spec(x).dtype} at `{where}` is float math; eager decides")
+    correction = kwargs.get("correction")
+    correction = 1 if correction is None else correction
+    n = b.spec(x).shape[-1]
+    mean = b.elementwise("mul", (b.reduce("sum", x), b.scalar_or_node(1.0 / n, x)))
+    var = lowering._variance(b, x, correction)
+    keepdim = bool(kwargs.get("keepdim", False))
+    return (_ref(lowering._finish_reduction(b, var, keepdim)), _ref(lowering._finish_reduction(b, mean, keepdim)))
+
+
+@_handles("aten._scaled_dot_product_flash_attention_for_cpu", "aten._scaled_dot_product_flash_attention")
+def _sdpa_flash(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> tuple:
+    """SDPA as the CPU/GPU flash op: (out, logsumexp, ...). Only ``out`` lowers (an inference graph); a graph
+    that reads the logsumexp (for the backward) keeps the op in ATen."""
+    q, k, v = (int(a) for a in args[:3])
+    dropout = _arg(args, kwargs, 3, "dropout_p", 0.0)
+    if dropout or kwargs.get("attn_mask") is not None or kwargs.get("return_debug_mask"):
+        raise UnsupportedOpError(f"attention with dropout or a mask at `{where}`")
+    causal = bool(_arg(args, kwargs, 4, "is_causal", False))
+    scale = kwargs.get("scale")
+    scale = float(scale) if scale is not None else 1.0 / math.sqrt(b.spec(q).shape[-1])
+    spec = TensorSpec(b.spec(q).shape[:-1] + b.spec(v).shape[-1:], b.spec(q).dtype)
+    out = b.add("attention", (q, k, v), spec, causal=causal, scale=scale)
+    return (_ref(out),) + (None,) * 8  # the getitem rule refuses the statistics
 
 
 @_handles("aten.mean")

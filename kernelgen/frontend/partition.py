@@ -70,11 +70,15 @@ def is_view(node: Any) -> bool:
     return node.op == "call_function" and op_packet(node) in VIEW_OPS
 
 
-def lower_region(members: list[Any]) -> tuple[Any, list[Any], list[Any]]:
+def lower_region(members: list[Any], seen: Any = None, fresh: Any = ()) -> tuple[Any, list[Any], list[Any]]:
     """Lower ``members`` (topological order) to a kernelgen ``Graph``: ``(graph, inputs, outputs)``, where
     inputs are the external fx nodes read and outputs the members read by any node outside ``members``.
+    With ``seen`` (a container of nodes), only users in ``seen`` (and the graph's output) count, and the
+    ``fresh`` members are outputs: the optimistic view of a region that later nodes may still join.
     Raises ``KernelgenError`` (``UnsupportedOpError`` among them) when some member does not lower."""
+    import torch
     import torch.fx
+    import torch.utils._pytree
 
     from kernelgen import lowering
     from kernelgen.errors import UnsupportedOpError
@@ -97,6 +101,8 @@ def lower_region(members: list[Any]) -> tuple[Any, list[Any], list[Any]]:
         return env[arg]
 
     for node in members:
+        if any(isinstance(a, torch.Tensor) for a in torch.utils._pytree.tree_leaves((node.args, node.kwargs))):
+            raise UnsupportedOpError(f"{node.name} takes a tensor constant; it stays ATen")
         args = torch.fx.node.map_arg(node.args, value)
         kwargs = torch.fx.node.map_arg(node.kwargs, value)
         if node.target is operator.getitem:
@@ -111,8 +117,12 @@ def lower_region(members: list[Any]) -> tuple[Any, list[Any], list[Any]]:
     devices = {str(v.device) for v in (n.meta.get("val") for n in (*inputs, *members)) if hasattr(v, "device")}
     if len(devices) > 1:  # a kernel writes on its inputs' device: a device move stays an ATen copy
         raise UnsupportedOpError(f"region would span devices {sorted(devices)}")
-    outputs = [n for n in members if isinstance(env.get(n), _NodeRef)
-               and any(u not in member_set for u in n.users)]
+    def read_outside(n: Any) -> bool:
+        if seen is not None and n in fresh:
+            return True
+        return any(u not in member_set and (seen is None or u in seen or u.op == "output") for u in n.users)
+
+    outputs = [n for n in members if isinstance(env.get(n), _NodeRef) and read_outside(n)]
     graph = _prune(Graph(tuple(builder.nodes), tuple(int(env[n]) for n in outputs)))
     return graph, inputs, outputs
 
@@ -125,12 +135,13 @@ def _describe(value: Any) -> str:
     return type(value).__name__
 
 
-def try_region(members: list[Any]) -> Region | str:
-    """The region of ``members`` when a template covers it, else the reason it is not one."""
+def try_region(members: list[Any], seen: Any = None, fresh: Any = ()) -> Region | str:
+    """The region of ``members`` when a template covers it, else the reason it is not one (``seen`` and
+    ``fresh`` as in ``lower_region``)."""
     from kernelgen.templates import match
 
     try:
-        graph, inputs, outputs = lower_region(members)
+        graph, inputs, outputs = lower_region(members, seen, fresh)
     except KernelgenError as exc:
         return str(exc)
     except Exception as exc:  # a lowering bug on an odd graph must leave the node to ATen, not fail compile
@@ -149,7 +160,9 @@ def partition(gm: Any) -> Partition:
     region_of: dict[Any, int] = {}
     upstream: dict[Any, frozenset[int]] = {}  # regions some path leads from into the node
     left: dict[Any, str] = {}
+    seen: set[Any] = set()  # nodes visited: a user not yet visited may still join the region it reads
     for node in gm.graph.nodes:
+        seen.add(node)
         ups: set[int] = set()
         for p in node.all_input_nodes:
             ups |= upstream.get(p, frozenset())
@@ -162,9 +175,10 @@ def partition(gm: Any) -> Partition:
             left[node] = "view (free in ATen; regions read it through strides)"
             continue
         extra = [u for u in node.users if u.target is operator.getitem]  # a multi-output op's projections
-        placed = _join(node, extra, regions, region_of, upstream)
+        fresh = (node, *extra)
+        placed = _join(node, extra, regions, region_of, upstream, seen)
         if placed is None:
-            found = try_region([node, *extra])
+            found = try_region([node, *extra], seen, fresh)
             if isinstance(found, str):
                 left[node] = found
                 continue
@@ -173,12 +187,35 @@ def partition(gm: Any) -> Partition:
         for n in (node, *extra):
             region_of[n] = placed
         upstream[node] = upstream[node] - {placed}
-    regions = [r for r in regions if r.nodes]
-    return Partition(regions, left)
+    return Partition(_settle(regions, left), left)
+
+
+def _settle(regions: list[Region], left: dict[Any, str]) -> list[Region]:
+    """Check every region with its real outputs (users that did not join count now); a region no template
+    covers any more gives up its last member (with a multi-output op's projections) to ATen until one does.
+    Giving a member up adds outputs to the regions it reads, so this repeats until nothing changes."""
+    changed = True
+    while changed:
+        changed = False
+        for index, region in enumerate(regions):
+            found = try_region(region.nodes) if region.nodes else None
+            while isinstance(found, str):
+                changed = True
+                cut = max(i for i, n in enumerate(region.nodes) if n.target is not operator.getitem)
+                group, region.nodes = region.nodes[cut:], region.nodes[:cut]
+                alone = try_region(group)  # a region of its own is convex; settled in a later round
+                if isinstance(alone, Region):
+                    regions.append(alone)
+                else:
+                    left[group[0]] = f"left its {region.template} region, which it did not fit with all outputs ({found})"
+                found = try_region(region.nodes) if region.nodes else None
+            if found is not None:
+                regions[index] = found
+    return [r for r in regions if r.nodes]
 
 
 def _join(node: Any, extra: list[Any], regions: list[Region], region_of: dict[Any, int],
-          upstream: dict[Any, frozenset[int]]) -> int | None:
+          upstream: dict[Any, frozenset[int]], seen: set[Any]) -> int | None:
     """The index of a region that ``node`` joins (the region updated), or None. Producers' regions are tried
     first (vertical fusion: the value stays in registers), then regions reading the same inputs (sibling
     fusion: the shared input is loaded once, the region gets one more output), latest first."""
@@ -189,7 +226,7 @@ def _join(node: Any, extra: list[Any], regions: list[Region], region_of: dict[An
         # Convexity: an input from outside the region that itself depends on the region would make a cycle.
         if any(region_of.get(p) != index and index in upstream.get(p, frozenset()) for p in node.all_input_nodes):
             continue
-        found = try_region(regions[index].nodes + [node, *extra])
+        found = try_region(regions[index].nodes + [node, *extra], seen, (node, *extra))
         if isinstance(found, Region):
             regions[index] = found
             return index
