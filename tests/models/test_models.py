@@ -91,15 +91,9 @@ def _compare(name: str, mode: str, kernel_backend: str) -> None:
 
 # Known backend bugs (reported with minimal repros; drop the mark once wip-backend fixes them):
 _KNOWN = {
-    # torch's core-ATen table decomposes _scaled_dot_product_flash_attention_for_cpu's forward into math whose
-    # "logsumexp" output is the attention matrix, while the backward op stays whole and reads it as a
-    # logsumexp: SDPA's q/k/v grads are wrong under plain AOTAutograd + that table too (Inductor's table
-    # leaves the op whole).
-    ("llama", "fwd+bwd"): pytest.mark.xfail(raises=AssertionError, strict=False,
-                                            reason="SDPA backward after core-ATen decomposition: wrong grads"),
-    # BatchNorm2d(eval) + ReLU with an input that requires grad: the partitioner's regions form a cycle.
+    # BatchNorm2d(eval) with an input that requires grad: the partitioner's regions form a cycle.
     ("cnn", "fwd+bwd"): pytest.mark.xfail(raises=RuntimeError, strict=False,
-                                          reason="partitioner: 'Input graph has cycles' in BN+ReLU backward"),
+                                          reason="partitioner: 'Input graph has cycles' in BatchNorm backward"),
 }
 # Each model compiles its kernels (g++ or the interpreter, and a checked first run each) on a cold cache:
 # 5-25 s per case on two busy cores. The fast set keeps one transformer (BERT: GEMM, row reductions,
