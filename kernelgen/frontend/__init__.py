@@ -7,4 +7,8 @@
 - ``signature``: the cache key of a call (tensor layouts, constants), cheap enough for every call.
 - ``outputs``: rebuild eager's result structure (tensor, tuple, list, dict, nesting, identity).
 - ``autograd``: run a kernel's forward inside ``torch.autograd.Function`` with an eager backward.
+- ``dynamo_backend``: ``torch.compile(model, backend="kernelgen")`` (Dynamo, AOTAutograd, decompositions)
+  and its coverage statistics; ``partition``: group an ATen graph into template-covered regions;
+  ``region_op``: the ``kernelgen::region`` custom op that runs a region; ``aten_lowering``: rules for
+  ATen overloads in the lowering table.
 """

@@ -93,11 +93,18 @@ def compile_graph(gm: Any, name: str = "graph", backend: str = "auto") -> GraphS
     """Partition ATen graph ``gm`` (nodes carrying ``meta['val']``) and install its regions in place."""
     import operator
 
+    import torch
+
     from kernelgen.frontend.partition import is_view, partition
     from kernelgen.frontend.region_op import install
 
     found = partition(gm)
     record = GraphStats(name)
+    if any(isinstance(n.meta.get("val"), torch.SymInt) or
+           (isinstance(n.meta.get("val"), torch.Tensor) and not all(isinstance(d, int) for d in n.meta["val"].shape))
+           for n in gm.graph.nodes if n.op == "placeholder"):
+        log.warning("kernelgen %s graph has dynamic shapes: its ops run ATen (kernelgen kernels are static-shape "
+                    "here); pass torch.compile(..., dynamic=False) to specialise", name)
     for node in gm.graph.nodes:
         if node.op != "call_function" or node.target is operator.getitem:
             continue

@@ -174,6 +174,11 @@ def partition(gm: Any) -> Partition:
         if is_view(node):
             left[node] = "view (free in ATen; regions read it through strides)"
             continue
+        if not node.all_input_nodes:
+            # A constant (scalar_tensor, full): ATen makes it once and a region reads it (a 0-d one is a
+            # scalar load); inside a region its sub-graph would not retrace it as a value of its inputs.
+            left[node] = "constant with no tensor inputs (made by ATen, read by regions)"
+            continue
         extra = [u for u in node.users if u.target is operator.getitem]  # a multi-output op's projections
         fresh = (node, *extra)
         placed = _join(node, extra, regions, region_of, upstream, seen)

@@ -103,17 +103,18 @@ def test_fullgraph_with_tensor_attribute_reads_and_python_scalars():
     assert graphs[0].regions == 1 and graphs[0].coverage == 1.0
 
 
-def test_dynamic_shapes_run_aten_with_a_reason():
+def test_dynamic_shapes_run_aten_with_a_reason(caplog):
     def fn(x):
         return torch.sigmoid(x) * x
 
     compiled = torch.compile(fn, backend="kernelgen", dynamic=True)
-    with dynamo_backend.collect() as graphs:
+    with dynamo_backend.collect() as graphs, caplog.at_level("WARNING", logger="kernelgen"):
         for n in (3, 5):
             x = torch.randn(n, 8)
             torch.testing.assert_close(compiled(x), fn(x))
     assert graphs and graphs[0].regions == 0
     assert any("static-shape" in reason for reason in graphs[0].left.values())
+    assert "dynamic=False" in caplog.text
 
 
 def test_unknown_option_is_a_kernelgen_error():
@@ -220,3 +221,15 @@ def test_inference_attention_is_one_attention_region():
         got = torch.compile(fn, backend="kernelgen")(q, k, v)
     torch.testing.assert_close(got, fn(q, k, v))
     assert dict(graphs[0].templates) == {"attention": 1} and graphs[0].runs == {"kernel": 1}
+
+
+def test_relu_backward_constant_is_read_by_the_region_kernel():
+    # relu's backward is where(mask, scalar_tensor(0), grad): the constant stays ATen, the region still runs
+    # its kernel (with the constant inside the region, the region's retrace failed and it ran eagerly)
+    x = torch.randn(4, 8, requires_grad=True)
+    with dynamo_backend.collect() as graphs:
+        out = torch.compile(lambda x: torch.relu(x) * 2, backend="kernelgen")(x)
+        out.backward(torch.ones_like(out))
+    torch.testing.assert_close(x.grad, (x > 0).float() * 2)
+    assert [s.name for s in graphs] == ["forward", "backward"]
+    assert all(s.runs.get("eager", 0) == 0 and s.runs.get("kernel", 0) == s.regions > 0 for s in graphs)
