@@ -91,6 +91,10 @@ def _compare(name: str, mode: str, kernel_backend: str) -> None:
 
 # Known backend bugs (reported with minimal repros; drop the mark once wip-backend fixes them):
 _KNOWN = {
+    # Inductor's decomposition table's max_pool2d_with_indices rule calls torch._inductor.lowering, which
+    # nothing imports in a process that never ran Inductor: AttributeError (passes after an Inductor compile).
+    ("cnn", "fwd"): pytest.mark.xfail(raises=RuntimeError, strict=False,
+                                      reason="max_pool2d: module 'torch._inductor' has no attribute 'lowering'"),
     # BatchNorm2d(eval) with an input that requires grad: the partitioner's regions form a cycle.
     ("cnn", "fwd+bwd"): pytest.mark.xfail(raises=RuntimeError, strict=False,
                                           reason="partitioner: 'Input graph has cycles' in BatchNorm backward"),
