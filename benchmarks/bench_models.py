@@ -92,7 +92,8 @@ def measure(kg_step: Callable[[], Any], eager_step: Callable[[], Any]) -> dict[s
     Ops left to ATen run at eager's speed, so eager's time inside kernelgen regions is estimated as eager's
     op time minus the time of the ATen ops kernelgen left outside its regions.
     """
-    eager, kg = _top_level_ops(eager_step), _top_level_ops(kg_step)
+    ops = _top_level_ops({"eager": eager_step, "kernelgen": kg_step})
+    eager, kg = ops["eager"], ops["kernelgen"]
     share = 1.0 - kg["aten_s"] / eager["aten_s"] if eager["aten_s"] else None
     return {"launches": kg["kernelgen"] + kg["aten"], "regions": kg["kernelgen"], "eager_launches": eager["aten"],
             "time_share": None if share is None else min(max(share, 0.0), 1.0)}
@@ -129,28 +130,32 @@ def _is_view(name: str) -> bool:
                                  for s in schemas for r in s.returns)
 
 
-def _top_level_ops(step: Callable[[], Any], reps: int = 3) -> dict[str, Any]:
-    """Per call: kernelgen region ops, ATen ops (views excluded) and the ATen ops' time, outermost ops only
-    (an op called inside another, e.g. aten::mm inside aten::linear, is part of its caller's launch)."""
+def _top_level_ops(steps: dict[str, Callable[[], Any]], reps: int = 5) -> dict[str, dict[str, float]]:
+    """Per step and call: kernelgen region ops, ATen ops (views excluded) and the ATen ops' time, outermost
+    ops only (an op called inside another, e.g. aten::mm inside aten::linear, is part of its caller's launch).
+    The steps alternate inside one profile, so machine load hits them alike."""
     def is_op(e: Any) -> bool:
         return e.name.startswith(("aten::", "kernelgen"))
 
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         for _ in range(reps):
-            step()
-    counts = {"kernelgen": 0, "aten": 0, "aten_s": 0.0}
+            for label, step in steps.items():
+                with torch.profiler.record_function(f"bench::{label}"):
+                    step()
+    counts = {label: {"kernelgen": 0.0, "aten": 0.0, "aten_s": 0.0} for label in steps}
     for e in prof.events():
         parent = e.cpu_parent
-        while parent is not None and not is_op(parent):
+        while parent is not None and not is_op(parent) and not parent.name.startswith("bench::"):
             parent = parent.cpu_parent
-        if parent is not None or not is_op(e):
-            continue
+        if parent is None or not parent.name.startswith("bench::") or not is_op(e):
+            continue  # not a step's outermost op (backward ops run on the autograd thread: see below)
+        c = counts[parent.name.removeprefix("bench::")]
         if e.name.startswith("kernelgen"):
-            counts["kernelgen"] += 1
+            c["kernelgen"] += 1
             continue
-        counts["aten_s"] += e.cpu_time_total * 1e-6
-        counts["aten"] += not _is_view(e.name)
-    return {k: v / reps for k, v in counts.items()}
+        c["aten_s"] += e.cpu_time_total * 1e-6
+        c["aten"] += not _is_view(e.name)
+    return {label: {k: v / reps for k, v in c.items()} for label, c in counts.items()}
 
 
 # --- the bench -----------------------------------------------------------------------------------------

@@ -69,9 +69,10 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
-def _compare(name: str, mode: str, kernel_backend: str) -> None:
+def _compare(name: str, mode: str, kernel_backend: str, device: str = "cpu") -> None:
     backend = _backend()
     module, inputs = make(name, "test")
+    module, inputs = module.to(device), tuple(x.to(device) for x in inputs)
     ours = copy.deepcopy(module)
     compiled = torch.compile(ours, backend="kernelgen", options={"backend": kernel_backend})
     with backend.collect() as graphs:
@@ -122,6 +123,4 @@ def test_model_matches_eager_on_the_triton_backend(name, mode):
 
     if not (interpreter_active() or torch.cuda.is_available()):
         pytest.skip("triton was imported before TRITON_INTERPRET=1 was set")
-    if torch.cuda.is_available() and not interpreter_active():
-        pytest.skip("on a GPU the models would need moving to it; this test covers the interpreter")
-    _compare(name, mode, "triton")
+    _compare(name, mode, "triton", "cuda" if torch.cuda.is_available() and not interpreter_active() else "cpu")
