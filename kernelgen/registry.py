@@ -124,6 +124,13 @@ class Registry:
             found = trace(entry.replaces, *graph.signature).workload_key == graph.workload_key
         except KernelgenError:
             found = False
+        # A region of a torch.compile'd model: the pattern as the ATen backend lowers it. Regions exist only
+        # once the backend is loaded, so plain kernelgen.compile calls never pay for the ATen trace.
+        if not found and "kernelgen.frontend.region_op" in sys.modules:
+            from kernelgen.frontend.partition import aten_graph_of
+
+            aten = aten_graph_of(entry.replaces, graph.signature)
+            found = aten is not None and aten.workload_key == graph.workload_key
         with self._lock:
             self._matches[key] = found
         return found

@@ -3,8 +3,8 @@
 An overload is lowered by the same handler table as a traced torch function (``kernelgen.lowering``):
 ``aten.add.Tensor`` goes to the ``add`` handler, ``aten._softmax.default`` to ``_softmax`` and so on,
 named after the overload packet. Where ATen's argument conventions differ from the torch function's
-(``permute`` takes a dims list, ``expand`` a size list, ``_to_copy`` keyword dtypes, ``native_layer_norm``
-returns three values), an aten-only handler is registered here under ``aten.<packet>`` and wins.
+(``_to_copy`` takes keyword dtypes, ``native_layer_norm`` and ``var_mean`` return several values,
+``_softmax`` has no ``dtype=``), an aten-only handler is registered here under ``aten.<packet>`` and wins.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from kernelgen import lowering
 from kernelgen.errors import UnsupportedOpError
-from kernelgen.lowering import _arg, _cast_to, _handles, _is_node, _operand, _ref, _transpose_last
+from kernelgen.lowering import _arg, _cast_to, _handles, _is_node, _operand, _ref
 from kernelgen.values import TensorSpec
 
 
@@ -29,33 +29,8 @@ def aten_name(target: Any) -> str:
     return f"{namespace}.{packet}.{target._overloadname}"
 
 
-# ------------------------------------------------------------------------------------- views and moves
-
-@_handles("aten.permute")
-def _permute(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
-    x, dims = int(args[0]), [d % max(b.spec(int(args[0])).rank, 1) for d in args[1]]
-    rank = len(dims)
-    if dims == list(range(rank)):
-        return x
-    if rank >= 2 and dims == list(range(rank - 2)) + [rank - 1, rank - 2]:
-        return _transpose_last(b, x)
-    raise UnsupportedOpError(f"permute{tuple(args[1])} at `{where}`; only a swap of the last two dims lowers")
-
-
-@_handles("aten.expand")
-def _expand(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
-    # An elementwise node broadcasts its inputs to its own shape (ir's convention), so a same-dtype cast
-    # to the expanded shape is the broadcast; renderers read the input through a stride-0 load.
-    x = int(args[0])
-    if meta is None or tuple(meta.shape) == b.spec(x).shape:
-        return x
-    return b.add("cast", (x,), TensorSpec(tuple(meta.shape), b.spec(x).dtype))
-
-
-@_handles("aten._unsafe_view", "aten.view", "aten.reshape", "aten.squeeze", "aten.unsqueeze")
-def _view(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
-    return lowering._HANDLERS["view"](b, args[:1], {}, meta, where)
-
+# ------------------------------------------------------------------------------------- copies and moves
+# (view ops never reach the lowering: the partitioner leaves them to ATen and regions read them by strides)
 
 @_handles("aten.alias", "aten.clone", "aten.lift_fresh_copy")
 def _alias(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
@@ -82,16 +57,7 @@ def _const_of(b: Any, value: Any, meta: Any, where: str) -> int:
     return b.add("cast", (node,), TensorSpec(tuple(meta.shape), meta.dtype))
 
 
-@_handles("aten.full")
-def _full(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
-    return _const_of(b, args[1], meta, where)
-
-
-@_handles("aten.scalar_tensor")
-def _scalar_tensor(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
-    return _const_of(b, args[0], meta, where)
-
-
+# (full / scalar_tensor read no tensor: the partitioner leaves them to ATen, see partition.py)
 _handles("aten.zeros_like")(lambda b, args, kwargs, meta, where: _const_of(b, 0, meta, where))
 _handles("aten.ones_like")(lambda b, args, kwargs, meta, where: _const_of(b, 1, meta, where))
 _handles("aten.full_like")(lambda b, args, kwargs, meta, where: _const_of(b, args[1], meta, where))

@@ -2,8 +2,10 @@
 decompositions, partitioned into kernelgen regions (``kernelgen::region`` calls), the rest left to ATen.
 
 The backend is registered under the name ``kernelgen`` through the ``torch_dynamo_backends`` entry point
-(and by ``register()``, which ``import kernelgen`` calls). Options: ``torch.compile(m, backend="kernelgen",
-options={"backend": "triton"})`` picks the kernel backend (default ``auto``: by the inputs' device).
+(and by ``register()``). Options are ``kernelgen.compile``'s keywords, applied to every region:
+``torch.compile(m, backend="kernelgen", options={"backend": "triton", "tune": "auto", "trials": 20})``
+(``backend``: ``auto`` (by the inputs' device), ``cpp`` or ``triton``; ``tune``, ``db``, ``team_db``,
+``trials``, ``seconds`` as in ``kernelgen.compile``).
 
 Coverage statistics for each compiled graph: ``stats()`` (every graph since ``reset_stats()``) or
 ``with collect() as graphs: ...`` (the graphs compiled inside the block).
@@ -21,6 +23,7 @@ from typing import Any
 
 log = logging.getLogger("kernelgen")
 NAME = "kernelgen"
+OPTIONS = ("backend", "tune", "db", "team_db", "trials", "seconds")  # kernelgen.compile's keywords
 _STATS: list["GraphStats"] = []
 _COLLECTORS: list[list["GraphStats"]] = []
 _LOCK = threading.Lock()
@@ -89,7 +92,7 @@ def decompositions() -> dict:
     return select_decomp_table()
 
 
-def compile_graph(gm: Any, name: str = "graph", backend: str = "auto") -> GraphStats:
+def compile_graph(gm: Any, name: str = "graph", options: dict | None = None) -> GraphStats:
     """Partition ATen graph ``gm`` (nodes carrying ``meta['val']``) and install its regions in place."""
     import operator
 
@@ -97,7 +100,9 @@ def compile_graph(gm: Any, name: str = "graph", backend: str = "auto") -> GraphS
 
     from kernelgen.frontend.partition import is_view, partition
     from kernelgen.frontend.region_op import install
+    from kernelgen.frontend.sink_views import sink_views
 
+    sink_views(gm)  # a Linear's epilogue on [B, T, N] then reads the GEMM's [B*T, N] output directly
     found = partition(gm)
     record = GraphStats(name)
     if any(isinstance(n.meta.get("val"), torch.SymInt) or
@@ -119,7 +124,7 @@ def compile_graph(gm: Any, name: str = "graph", backend: str = "auto") -> GraphS
         record.fused_ops += sum(1 for n in region.nodes if n.target is not operator.getitem)
         record.templates[region.template] += 1
     record.regions = len(found.regions)
-    install(gm, found.regions, backend, record.runs)
+    install(gm, found.regions, options, record.runs)
     for reason in sorted(set(record.left.values())):
         log.info("kernelgen %s graph: ATen runs ops because %s", name, reason)
     with _LOCK:
@@ -131,21 +136,21 @@ def compile_graph(gm: Any, name: str = "graph", backend: str = "auto") -> GraphS
 
 def kernelgen_backend(gm: Any, example_inputs: list, options: dict | None = None, mode: str | None = None) -> Any:
     """The Dynamo backend: AOTAutograd with a forward and a backward compiler that partition each graph.
-    ``options`` (from ``torch.compile(..., options=...)``): ``backend`` = ``auto`` | ``cpp`` | ``triton``."""
+    ``options`` (from ``torch.compile(..., options=...)``): ``kernelgen.compile``'s keywords (see the module)."""
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
 
     from kernelgen.errors import KernelgenError
 
     options = dict(options or {})
-    kernel_backend = options.pop("backend", "auto")
-    if options or mode not in (None, "default"):
-        raise KernelgenError(f"kernelgen backend options {sorted(options)} / mode={mode!r} are not understood; "
-                             "the only option is 'backend' ('auto', 'cpp' or 'triton')")
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown or mode not in (None, "default"):
+        raise KernelgenError(f"kernelgen backend options {unknown} / mode={mode!r} are not understood; "
+                             f"options are {', '.join(OPTIONS)} (kernelgen.compile's keywords)")
 
     def compiler(name: str) -> Any:
         def compile_one(graph_module: Any, inputs: list) -> Any:
-            compile_graph(graph_module, name, kernel_backend)
+            compile_graph(graph_module, name, options)
             return make_boxed_func(graph_module.forward)
 
         return compile_one
@@ -163,5 +168,5 @@ def register() -> None:
         register_backend(name=NAME)(kernelgen_backend)
 
 
-__all__ = ["GraphStats", "NAME", "collect", "compile_graph", "decompositions", "kernelgen_backend", "register",
+__all__ = ["GraphStats", "NAME", "OPTIONS", "collect", "compile_graph", "decompositions", "kernelgen_backend", "register",
            "reset_stats", "stats"]

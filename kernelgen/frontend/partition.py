@@ -239,3 +239,26 @@ def _join(node: Any, extra: list[Any], regions: list[Region], region_of: dict[An
 
 
 __all__ = ["Partition", "Region", "VIEW_OPS", "lower_region", "partition", "spec_of", "try_region"]
+
+
+def aten_graph_of(fn: Any, specs: Any) -> Any:
+    """``fn`` (plain torch) traced the way the backend sees it (ATen through the backend's decompositions,
+    reshapes sunk, lowered as one region): the ``Graph`` a region computing ``fn`` has, or None when ``fn``
+    does not lower as one region reading its arguments in order. Lets a custom call's ``replaces`` pattern
+    match regions of ``torch.compile``'d models."""
+    import torch
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from kernelgen.frontend.dynamo_backend import decompositions
+    from kernelgen.frontend.sink_views import sink_views
+
+    try:
+        examples = [torch.empty_strided(s.shape, s.effective_strides(), dtype=getattr(torch, s.dtype)) for s in specs]
+        gm = make_fx(fn, tracing_mode="fake", decomposition_table=decompositions())(*examples)
+        sink_views(gm)
+        members = [n for n in gm.graph.nodes if n.op == "call_function" and not is_view(n)]
+        graph, inputs, _ = lower_region(members)
+    except Exception:  # anything the backend could not take is simply not this pattern
+        return None
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    return graph if inputs == placeholders else None

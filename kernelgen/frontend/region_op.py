@@ -29,7 +29,7 @@ class RegionKernel:
     """One region: its ATen sub-graph ``gm`` (the eager replay), its kernelgen ``graph`` and the compiled
     callable. ``counters`` (a dict or None) is told each run: ``kernel`` or ``eager``."""
 
-    def __init__(self, gm: Any, graph: Any, template: str, backend: str = "auto", counters: Any = None,
+    def __init__(self, gm: Any, graph: Any, template: str, options: dict | None = None, counters: Any = None,
                  strides: tuple | None = None) -> None:
         from kernelgen.dispatch import CompiledFunction
 
@@ -39,8 +39,8 @@ class RegionKernel:
         self.graph = graph
         self.template = template
         self.counters = counters
-        self.backend = backend
-        self.compiled = CompiledFunction(gm, backend)
+        self.options = dict(options or {})  # kernelgen.compile's keywords: backend, tune, db, trials, ...
+        self.compiled = CompiledFunction(gm, **self.options)
         self.impl: str | None = None  # what ran on the first call: a template/custom call name or "eager"
         self.failed: str | None = None
 
@@ -121,11 +121,10 @@ def _define() -> Any:
     def backward(ctx: Any, grads: list) -> tuple:
         # The region's ATen nodes replayed under autograd: eager's gradients by construction.
         inputs = ctx.saved_tensors
-        wanted = [x.requires_grad or (x.is_floating_point() and need)
-                  for x, need in zip(inputs, ctx.needs_input_grad[1] if isinstance(ctx.needs_input_grad[1], (list, tuple))
-                                     else [ctx.needs_input_grad[1]] * len(inputs))]
+        needs = ctx.needs_input_grad[1]  # per tensor of the list, or one flag for all of it
+        needs = list(needs) if isinstance(needs, (list, tuple)) else [bool(needs)] * len(inputs)
         with torch.enable_grad():
-            leaves = [x.detach().requires_grad_(w and x.is_floating_point()) for x, w in zip(inputs, wanted)]
+            leaves = [x.detach().requires_grad_(need and x.is_floating_point()) for x, need in zip(inputs, needs)]
             outs = _REGIONS[ctx.key].gm(*leaves)
         pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
         wrt = [x for x in leaves if x.requires_grad]
@@ -137,8 +136,9 @@ def _define() -> Any:
     return torch.ops.kernelgen.region.default
 
 
-def install(gm: Any, regions: list, backend: str = "auto", counters: Any = None) -> list[str]:
+def install(gm: Any, regions: list, options: dict | None = None, counters: Any = None) -> list[str]:
     """Replace each region's nodes in ``gm`` by one ``kernelgen::region`` call; returns the region keys.
+    ``options`` are ``kernelgen.compile``'s keywords for each region (backend, tune, db, trials, seconds).
     Regions must be convex (``kernelgen.frontend.partition`` makes them so); the graph is re-sorted after."""
     import torch.fx
     from torch.fx.passes.tools_common import legalize_graph
@@ -151,7 +151,7 @@ def install(gm: Any, regions: list, backend: str = "auto", counters: Any = None)
         region.inputs = [moved.get(n, n) for n in region.inputs]
         sub = _subgraph(gm, region)
         strides = tuple(tuple(out.meta["val"].stride()) for out in region.outputs)
-        key = register(RegionKernel(sub, region.graph, region.template, backend, counters, strides))
+        key = register(RegionKernel(sub, region.graph, region.template, options, counters, strides))
         keys.append(key)
         with graph.inserting_after(region.nodes[-1]):
             call = graph.call_function(op, (key, list(region.inputs)))

@@ -179,3 +179,31 @@ def test_gpt_block_attention_shapes_partition_and_run_like_aten():
     record = compile_graph(gm, "test")
     assert record.regions >= 2
     torch.testing.assert_close(gm(q, k, v, mask), want)
+
+
+def test_linear_on_a_3d_input_fuses_its_epilogue_through_the_reshape():
+    # addmm works on [B*T, C]; the gelu and residual read view(addmm, [B, T, N]): the view moves below them
+    def fn(x, w, b):
+        return x + F.gelu(F.linear(x, w, b))
+
+    inputs = (torch.randn(2, 3, 8), torch.randn(8, 8), torch.randn(8))
+    gm = aten_graph(fn, *inputs)
+    want = gm(*inputs)
+    record = compile_graph(gm, "test")
+    assert dict(record.templates) == {"gemm": 1} and record.fused_ops == record.aten_ops
+    torch.testing.assert_close(gm(*inputs), want)
+
+
+def test_aten_rules_compute_eager_values():
+    # clamp_min/max, var(correction=0), log_softmax, full_like: ATen-only rules, checked against the ATen graph
+    def fn(x):
+        return (torch.full_like(x, 2.0) * x, torch.clamp_min(x, 0.1), torch.clamp_max(x, 0.2),
+                x.var(-1, correction=0), torch.log_softmax(x, -1), F.layer_norm(x, (8,)))
+
+    x = torch.randn(4, 8)
+    gm = aten_graph(fn, x)
+    want = gm(x)
+    record = compile_graph(gm, "test")
+    assert record.regions >= 1 and all("constant" in reason for reason in record.left.values())
+    for got, expected in zip(gm(x), want):
+        torch.testing.assert_close(got, expected)
