@@ -8,7 +8,8 @@ compiler's compile time (its first call); correctness (max abs error of the outp
 within tolerance or not); and coverage: the share of the ATen ops and of eager's time that ran inside
 kernelgen regions, and kernels launched vs eager's op count.
 
-    python benchmarks/bench_models.py [--models gpt2,llama] [--size {test,bench}] [--rounds 10] [--tuned] [--json]
+    python benchmarks/bench_models.py [--models gpt2,llama] [--modes fwd,fwd+bwd] [--size {test,bench}]
+        [--rounds 10] [--tuned [--tune-seconds 3]] [--warm-caches] [--json]
 
 It prints; it never asserts.
 """
@@ -230,6 +231,10 @@ def _ms(t: float | None) -> str:
     return f"{t * 1e3:9.2f}" if t is not None else f"{'-':>9}"
 
 
+def _secs(t: float | None) -> str:
+    return f"{t:.1f}s" if t is not None else "-"
+
+
 def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:6.2f}x" if a and b else f"{'-':>7}"
 
@@ -239,8 +244,8 @@ def _geomean(values: list[float]) -> float | None:
 
 
 def print_table(rows: list[dict[str, Any]], size: str, tuned_note: str) -> None:
-    head = (f"{'model':7} {'mode':8} {'eager ms':>9} {'ind. ms':>9} {'kg ms':>9} {'kg/eag':>7} {'kg/ind':>7}"
-            f" {'ind/eag':>7} {'compile ind':>11} {'compile kg':>10} {'err ind':>8} {'err kg':>8} {'ok':>3}"
+    head = (f"{'model':7} {'mode':8} {'eager ms':>9} {'ind. ms':>9} {'kg ms':>9} {'kg×eag':>7} {'kg×ind':>7}"
+            f" {'ind×eag':>7} {'compile ind':>11} {'compile kg':>10} {'err ind':>8} {'err kg':>8} {'ok':>3}"
             f" {'ops in kg':>9} {'time in kg':>10} {'launch/eager':>12}")
     print(head)
     print("-" * len(head))
@@ -255,7 +260,7 @@ def print_table(rows: list[dict[str, Any]], size: str, tuned_note: str) -> None:
                     else f"{'-':>12}")
         # speedups are "times faster": eager time / kernelgen time, Inductor time / kernelgen time
         print(f"{r['model']:7} {r['mode']:8} {_ms(eag)} {_ms(ind)} {_ms(kg)} {_ratio(eag, kg)} {_ratio(ind, kg)}"
-              f" {_ratio(eag, ind)} {c.get('inductor', 0):10.1f}s {c.get('kernelgen', 0):9.1f}s"
+              f" {_ratio(eag, ind)} {_secs(c.get('inductor')):>11} {_secs(c.get('kernelgen')):>10}"
               f" {e.get('inductor', float('nan')):8.1e} {e.get('kernelgen', float('nan')):8.1e} {ok:>3}"
               f" {ops} {tshare} {launches:>12}")
         if r["ok"].get("inductor") is False:
@@ -284,7 +289,7 @@ def print_table(rows: list[dict[str, Any]], size: str, tuned_note: str) -> None:
         for reason, where in sorted(left.items(), key=lambda kv: -sum(int(w.rsplit(" ", 1)[1]) for w in kv[1])):
             print(f"  {reason}: {', '.join(where)}")
     print(f"size={size}; times are medians of interleaved rounds (eager, Inductor, kernelgen per round); "
-          f"speedup = other's time / this one's; compile = first call (kernelgen's includes its one-off "
+          f"kg×eag = eager's time / kernelgen's (>1: kernelgen faster), kg×ind and ind×eag alike; compile = first call (kernelgen's includes its one-off "
           f"isolated kernel checks); err = max abs error of outputs and grads vs eager, ok = kernelgen within "
           f"rtol=atol={RTOL:g}; ops in kg = share of the ATen graph's ops inside kernelgen regions (backend stats); "
           f"time in kg = eager's op time minus the time of the ATen ops kernelgen leaves outside its regions, over "
