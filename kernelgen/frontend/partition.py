@@ -253,6 +253,10 @@ def aten_graph_of(fn: Any, specs: Any) -> Any:
     from kernelgen.frontend.sink_views import sink_views
 
     try:
+        # the pattern must take these shapes at all: a cheap check on meta tensors first (fake tracing logs
+        # every shape error it meets at error level)
+        fn(*[torch.empty_strided(s.shape, s.effective_strides(), dtype=getattr(torch, s.dtype), device="meta")
+             for s in specs])
         examples = [torch.empty_strided(s.shape, s.effective_strides(), dtype=getattr(torch, s.dtype)) for s in specs]
         gm = make_fx(fn, tracing_mode="fake", decomposition_table=decompositions())(*examples)
         sink_views(gm)

@@ -43,10 +43,11 @@ def sink_views(gm: Any) -> int:
                     break
             if progress:
                 break
-    if moved:
-        _collapse(gm.graph)
-        gm.graph.eliminate_dead_code()
-        gm.recompile()
+    _collapse(gm.graph)
+    for node in reversed(list(gm.graph.nodes)):  # reshapes left unread (only those: other ops may be impure)
+        if node.op == "call_function" and op_packet(node) in _RESHAPES and not node.users:
+            gm.graph.erase_node(node)
+    gm.recompile()
     return moved
 
 
@@ -127,13 +128,17 @@ def _sink(graph: Any, view: Any, user: Any, mode: Any) -> bool:
             operands.append(arg)
     with graph.inserting_before(user):
         moved = graph.call_function(user.target, tuple(operands), dict(user.kwargs))
-        _set_val(moved, mode)
         back = graph.call_function(torch.ops.aten.view.default, (moved, list(out.shape)))
+    try:
+        _set_val(moved, mode)
         _set_val(back, mode)
-    if list(_val(moved).shape) != new_shape or _val(back).stride() != out.stride():
+        fits = list(_val(moved).shape) == new_shape and _val(back).stride() == out.stride()
+    except Exception:  # the op does not take the 2-d operands after all: leave it where it is
+        fits = False
+    if not fits:
         graph.erase_node(back)
         graph.erase_node(moved)
-        return False
+        return False  # operand views made for it are dead code, removed at the end
     user.replace_all_uses_with(back)
     graph.erase_node(user)
     return True
