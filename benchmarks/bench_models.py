@@ -105,9 +105,13 @@ def tune(name: str, size: str, mode: str, seconds: float) -> str:
     call (records in ``KERNELGEN_DB``), so the timed compile after it finds the tuned configs there."""
     module, inputs = make(name, size)
     compiled = torch.compile(copy.deepcopy(module), backend="kernelgen", options={"tune": "auto", "seconds": seconds})
-    with recording() as graphs:
-        _step(compiled, inputs, mode)()
-    torch._dynamo.reset()
+    try:
+        with recording() as graphs:
+            _step(compiled, inputs, mode)()
+    except Exception as exc:  # the timed compile meets the same failure and reports it in its row
+        return f"not tuned: {type(exc).__name__}: {' '.join(str(exc).split())[:120]}"
+    finally:
+        torch._dynamo.reset()
     return f"tuned the regions of {len(graphs)} graph(s) ({sum(g.regions for g in graphs)} regions)"
 
 
