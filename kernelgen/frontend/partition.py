@@ -158,17 +158,10 @@ def partition(gm: Any) -> Partition:
     """Regions of ``gm``'s graph (Dynamo/AOTAutograd ATen graph or ``make_fx`` output, with ``meta['val']``)."""
     regions: list[Region] = []
     region_of: dict[Any, int] = {}
-    upstream: dict[Any, frozenset[int]] = {}  # regions some path leads from into the node
     left: dict[Any, str] = {}
     seen: set[Any] = set()  # nodes visited: a user not yet visited may still join the region it reads
     for node in gm.graph.nodes:
         seen.add(node)
-        ups: set[int] = set()
-        for p in node.all_input_nodes:
-            ups |= upstream.get(p, frozenset())
-            if p in region_of:
-                ups.add(region_of[p])
-        upstream[node] = frozenset(ups)
         if node.op != "call_function" or node.target is operator.getitem:
             continue  # getitems join with their producer
         if is_view(node):
@@ -181,7 +174,7 @@ def partition(gm: Any) -> Partition:
             continue
         extra = [u for u in node.users if u.target is operator.getitem]  # a multi-output op's projections
         fresh = (node, *extra)
-        placed = _join(node, extra, regions, region_of, upstream, seen)
+        placed = _join(node, extra, regions, region_of, seen)
         if placed is None:
             found = try_region([node, *extra], seen, fresh)
             if isinstance(found, str):
@@ -191,7 +184,6 @@ def partition(gm: Any) -> Partition:
             placed = len(regions) - 1
         for n in (node, *extra):
             region_of[n] = placed
-        upstream[node] = upstream[node] - {placed}
     return Partition(_settle(regions, left), left)
 
 
@@ -220,7 +212,7 @@ def _settle(regions: list[Region], left: dict[Any, str]) -> list[Region]:
 
 
 def _join(node: Any, extra: list[Any], regions: list[Region], region_of: dict[Any, int],
-          upstream: dict[Any, frozenset[int]], seen: set[Any]) -> int | None:
+          seen: set[Any]) -> int | None:
     """The index of a region that ``node`` joins (the region updated), or None. Producers' regions are tried
     first (vertical fusion: the value stays in registers), then regions reading the same inputs (sibling
     fusion: the shared input is loaded once, the region gets one more output), latest first."""
@@ -228,14 +220,36 @@ def _join(node: Any, extra: list[Any], regions: list[Region], region_of: dict[An
     siblings = sorted({i for i, r in enumerate(regions) if r.nodes and i not in producers
                        and any(p in r.inputs for p in node.all_input_nodes)}, reverse=True)
     for index in producers + siblings:
-        # Convexity: an input from outside the region that itself depends on the region would make a cycle.
-        if any(region_of.get(p) != index and index in upstream.get(p, frozenset()) for p in node.all_input_nodes):
-            continue
+        outside = [p for p in node.all_input_nodes if region_of.get(p) != index]
+        if outside and _reaches(regions[index].nodes, set(outside), regions, region_of, seen):
+            continue  # an input that depends on the region: one call could not both feed and read it
         found = try_region(regions[index].nodes + [node, *extra], seen, (node, *extra))
         if isinstance(found, Region):
             regions[index] = found
             return index
     return None
+
+
+def _reaches(start: list[Any], targets: set[Any], regions: list[Region], region_of: dict[Any, int],
+             seen: set[Any]) -> bool:
+    """Whether a path leads from the nodes ``start`` to one of ``targets`` once every region is one node (a
+    region call reads all its inputs before it writes any output, so entering a region reaches all its
+    members). Only visited nodes count: the targets are visited, and so is every node before them. Checked
+    on the current regions, not on a record kept per node, because regions grow after their readers were
+    visited (two regions each reading the other made the rewritten graph cyclic)."""
+    stack, done = list(start), set(start)
+    while stack:
+        n = stack.pop()
+        if n in targets:
+            return True
+        nxt = list(n.users)
+        if n in region_of:
+            nxt.extend(regions[region_of[n]].nodes)
+        for u in nxt:
+            if u in seen and u not in done:
+                done.add(u)
+                stack.append(u)
+    return False
 
 
 __all__ = ["Partition", "Region", "VIEW_OPS", "lower_region", "partition", "spec_of", "try_region"]

@@ -269,3 +269,31 @@ def test_registry_custom_calls_compete_for_regions():
     kernel, = [k for k in _REGIONS.values() if k.counters is graphs[0].runs]
     names = [impl.name for impl in implementations_for(kernel.graph, "cpp")]
     assert names[0] == "reduction" and "custom:rms_norm/cpp" in names
+
+
+def test_batchnorm_eval_backward_partitions_without_a_cycle():
+    # Two regions each reading the other's output once contracted made the rewritten graph cyclic
+    # ("Input graph has cycles"): a region that grew after its reader was visited.
+    torch.manual_seed(0)
+    model = nn.BatchNorm2d(4).eval()
+    x = torch.randn(2, 4, 8, 8, requires_grad=True)
+    g = torch.randn(2, 4, 8, 8)
+    with dynamo_backend.collect() as graphs:
+        got, got_grads = grads_of(torch.compile(model, backend="kernelgen"), x, g)
+    want, want_grads = grads_of(model, x, g)
+    torch.testing.assert_close(got, want)
+    for a, b in zip(got_grads, want_grads):
+        torch.testing.assert_close(a, b)
+    assert {s.name for s in graphs if s.regions} == {"forward", "backward"}
+
+
+def test_pooling_stays_one_aten_op():
+    # Inductor's pooling rules need torch._inductor.lowering (absent where Inductor never ran) and turn one
+    # ATen kernel into index arithmetic that runs op by op; kernelgen keeps pooling whole.
+    assert not [op for op in dynamo_backend.decompositions() if "pool" in op.name() and op.name().startswith("aten::")]
+    x = torch.randn(1, 2, 6, 6)
+    with dynamo_backend.collect() as graphs:
+        got = torch.compile(lambda t: F.relu(F.max_pool2d(t, 2)) * 2, backend="kernelgen")(x)
+    torch.testing.assert_close(got, F.relu(F.max_pool2d(x, 2)) * 2)
+    (stats,) = graphs
+    assert stats.regions == 1 and any("max_pool2d" in op for op in stats.left), stats.as_dict()

@@ -90,16 +90,6 @@ def _compare(name: str, mode: str, kernel_backend: str, device: str = "cpu") -> 
     assert kinds <= ran, [g.as_dict() for g in graphs]
 
 
-# Known backend bugs (reported with minimal repros; drop the mark once wip-backend fixes them):
-_KNOWN = {
-    # Inductor's decomposition table's max_pool2d_with_indices rule calls torch._inductor.lowering, which
-    # nothing imports in a process that never ran Inductor: AttributeError (passes after an Inductor compile).
-    ("cnn", "fwd"): pytest.mark.xfail(raises=RuntimeError, strict=False,
-                                      reason="max_pool2d: module 'torch._inductor' has no attribute 'lowering'"),
-    # BatchNorm2d(eval) with an input that requires grad: the partitioner's regions form a cycle.
-    ("cnn", "fwd+bwd"): pytest.mark.xfail(raises=RuntimeError, strict=False,
-                                          reason="partitioner: 'Input graph has cycles' in BatchNorm backward"),
-}
 # Each model compiles its kernels (g++ or the interpreter, and a checked first run each) on a cold cache:
 # 5-25 s per case on two busy cores. The fast set keeps one transformer (BERT: GEMM, row reductions,
 # pointwise, backward) on C++ and the CNN on both backends; the rest is marked slow (CI runs it too).
@@ -107,8 +97,7 @@ _FAST = {"cpp": {"bert", "cnn"}, "triton": {"cnn"}}
 
 
 def _cases(backend):
-    return [pytest.param(n, m, marks=[*([_KNOWN[n, m]] if (n, m) in _KNOWN else []),
-                                      *([] if n in _FAST[backend] else [pytest.mark.slow])])
+    return [pytest.param(n, m, marks=[] if n in _FAST[backend] else [pytest.mark.slow])
             for n in names() for m in ("fwd", "fwd+bwd")]
 
 
