@@ -17,12 +17,12 @@ import kernelgen
 from kernelgen.backends import get_backend
 from kernelgen.codegen.cpp_renderer import CppRenderer
 from kernelgen.ir import BINARY_OPS, UNARY_OPS
+from tests.codegen.eager_compare import assert_like_eager
 
 pytestmark = [pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")]
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8, torch.int16,
           torch.int32, torch.int64, torch.bool)
-RTOL = {torch.float16: 1e-3, torch.bfloat16: 1.6e-2, torch.float32: 2e-5, torch.float64: 1e-10}
 SWEPT_OPS = sorted(CppRenderer.ops() - {"const", "cast", "where", "gelu"})  # gelu: tests/codegen/test_cpp_expr.py
 
 
@@ -72,31 +72,7 @@ def _sweep(ops: list[str], inputs: tuple[torch.Tensor, ...], dtype: torch.dtype)
     wide_inputs = tuple(t.double() if t.is_floating_point() else t for t in inputs)
     for op, g, w in zip(ops, got, fn(*inputs)):
         wide = eager_op(op)(*wide_inputs).to(w.dtype) if w.is_floating_point() and dtype != torch.float64 else None
-        _assert_like_eager(g, w, wide, f"{op} on {dtype}", lambda k, op=op: eager_op(op)(*(t[k:k + 1] for t in inputs)))
-
-
-def _assert_like_eager(got: torch.Tensor, want: torch.Tensor, wide: torch.Tensor | None, what: str,
-                       one: object = None) -> None:
-    """``got`` equals eager's ``want`` (NaN where eager has NaN); a float element may instead equal eager's
-    float64 result rounded to the dtype, where eager's own vectorised kernel is less accurate, or eager's
-    result for that element alone (``one(k)``): eager's vector lanes and its scalar path disagree (float64
-    fmod of a quotient past the float range is NaN in AVX lanes and libm's exact fmod on one element)."""
-    assert got.dtype == want.dtype and got.shape == want.shape, what
-    if not want.dtype.is_floating_point:
-        bad = (got != want).nonzero().flatten()[:8].tolist()
-        assert not bad, f"{what}: at {bad} got {got[bad].tolist()}, eager {want[bad].tolist()}"
-        return
-    tiny = torch.finfo(want.dtype).tiny
-
-    def close(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        a, b = a.double(), b.double()
-        return (a == b) | (a.isnan() & b.isnan()) | ((a - b).abs() <= tiny + RTOL[want.dtype] * b.abs())
-
-    ok = close(got, want) if wide is None else close(got, want) | close(got, wide)
-    for k in (~ok).nonzero().flatten().tolist() if one is not None else ():
-        ok[k] = bool(close(got[k:k + 1], one(k)).all())
-    bad = (~ok).nonzero().flatten()[:8].tolist()
-    assert not bad, f"{what}: at {bad} got {got[bad].tolist()}, eager {want[bad].tolist()}"
+        assert_like_eager(g, w, wide, f"{op} on {dtype}", lambda k, op=op: eager_op(op)(*(t[k:k + 1] for t in inputs)))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))

@@ -24,6 +24,7 @@ import kernelgen  # noqa: E402
 from kernelgen.backends.triton import interpreter_active  # noqa: E402
 from kernelgen.codegen.triton_expr import OPS, REFUSED, TL_DTYPE  # noqa: E402
 from kernelgen.ir import BINARY_OPS, UNARY_OPS  # noqa: E402
+from tests.codegen.eager_compare import assert_like_eager  # noqa: E402
 
 pytestmark = [pytest.mark.skipif(not (interpreter_active() or torch.cuda.is_available()),
                                  reason="triton was imported before TRITON_INTERPRET=1 was set"),
@@ -31,7 +32,6 @@ pytestmark = [pytest.mark.skipif(not (interpreter_active() or torch.cuda.is_avai
 DEVICE = "cuda" if torch.cuda.is_available() and not interpreter_active() else "cpu"
 DTYPES = [getattr(torch, name) for name in TL_DTYPE]
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-RTOL = {torch.float16: 1e-3, torch.bfloat16: 1.6e-2, torch.float32: 2e-5, torch.float64: 1e-10}
 
 
 def special_values(dtype: torch.dtype) -> torch.Tensor:
@@ -79,34 +79,6 @@ def inputs_for(op: str, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
 def fixed_arity(fn, n: int):
     """``fn`` as a function of exactly ``n`` tensors (torch.fx cannot trace ``*args``)."""
     return {1: lambda x: fn(x), 2: lambda x, y: fn(x, y), 3: lambda c, x, y: fn(c, x, y)}[n]
-
-
-def assert_like_eager(got: torch.Tensor, want: torch.Tensor, wide: torch.Tensor | None, what: str,
-                      one: object = None) -> None:
-    """``got`` equals eager's ``want`` (NaN where eager has NaN); a float element may instead equal ``wide``,
-    eager's float64 result rounded to the dtype, where eager's own vectorised kernel disagrees with it
-    (float32 gelu(+inf) is NaN in eager's AVX kernels but +inf on one element, in float64 and on CUDA), or
-    eager's result for that element alone (``one(k)``: float64 fmod of a quotient past the float range is NaN
-    in eager's AVX lanes and libm's exact fmod on one element)."""
-    assert got.dtype == want.dtype and got.shape == want.shape, what
-    if not want.dtype.is_floating_point:
-        bad = (got != want).nonzero().flatten()[:8].tolist()
-        assert not bad, f"{what}: at {bad} got {got[bad].tolist()}, eager {want[bad].tolist()}"
-        return
-    tiny = torch.finfo(want.dtype).tiny
-
-    def close(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        a, b = a.double(), b.double()
-        same = (a == b) | (a.isnan() & b.isnan())
-        return same | ((a - b).abs() <= tiny + RTOL[want.dtype] * b.abs())
-
-    ok = close(got, want)
-    if wide is not None:
-        ok |= close(got, wide)
-    for k in (~ok).nonzero().flatten().tolist() if one is not None else ():
-        ok[k] = bool(close(got[k:k + 1], one(k)).all())
-    bad = (~ok).nonzero().flatten()[:8].tolist()
-    assert not bad, f"{what}: at {bad} got {got[bad].tolist()}, eager {want[bad].tolist()}"
 
 
 @pytest.mark.parametrize("op,variant,dtype", list(cases()))

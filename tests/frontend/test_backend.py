@@ -46,17 +46,23 @@ def grads_of(model, x, g):
     return out.detach(), grads
 
 
-@pytest.mark.slow  # ~12 s: compiles and checks a dozen kernels
-def test_mlp_forward_and_backward_match_eager_and_run_kernels():
-    torch.manual_seed(0)
-    model, x = MLP(), torch.randn(2, 3, 8, requires_grad=True)
-    g = torch.randn(2, 3, 8)
+def compiled_matches_eager(model, x, g) -> list:
+    """Outputs and gradients of ``torch.compile(model, backend="kernelgen")`` equal eager's; the graphs' stats."""
     with dynamo_backend.collect() as graphs:
         got, got_grads = grads_of(torch.compile(model, backend="kernelgen"), x, g)
     want, want_grads = grads_of(model, x, g)
     torch.testing.assert_close(got, want)
     for a, b in zip(got_grads, want_grads):
         torch.testing.assert_close(a, b)
+    return graphs
+
+
+@pytest.mark.slow  # ~12 s: compiles and checks a dozen kernels
+def test_mlp_forward_and_backward_match_eager_and_run_kernels():
+    torch.manual_seed(0)
+    model, x = MLP(), torch.randn(2, 3, 8, requires_grad=True)
+    g = torch.randn(2, 3, 8)
+    graphs = compiled_matches_eager(model, x, g)
     assert [s.name for s in graphs] == ["forward", "backward"]
     forward, backward = graphs
     assert forward.runs.get("kernel", 0) == forward.regions > 0 and forward.coverage == 1.0
@@ -278,12 +284,7 @@ def test_batchnorm_eval_backward_partitions_without_a_cycle():
     model = nn.BatchNorm2d(4).eval()
     x = torch.randn(2, 4, 8, 8, requires_grad=True)
     g = torch.randn(2, 4, 8, 8)
-    with dynamo_backend.collect() as graphs:
-        got, got_grads = grads_of(torch.compile(model, backend="kernelgen"), x, g)
-    want, want_grads = grads_of(model, x, g)
-    torch.testing.assert_close(got, want)
-    for a, b in zip(got_grads, want_grads):
-        torch.testing.assert_close(a, b)
+    graphs = compiled_matches_eager(model, x, g)
     assert {s.name for s in graphs if s.regions} == {"forward", "backward"}
 
 
