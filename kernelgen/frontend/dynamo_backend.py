@@ -100,8 +100,9 @@ def _keep_whole(op: Any) -> bool:
     return str(getattr(op, "_schema", "")).startswith("aten::") and "pool" in op.name()
 
 
-def compile_graph(gm: Any, name: str = "graph", options: dict | None = None) -> GraphStats:
-    """Partition ATen graph ``gm`` (nodes carrying ``meta['val']``) and install its regions in place."""
+def compile_graph(gm: Any, name: str = "graph", options: dict | None = None, direct: bool = False) -> GraphStats:
+    """Partition ATen graph ``gm`` (nodes carrying ``meta['val']``) and install its regions in place (as
+    ``kernelgen::region`` calls, or with ``direct`` as plain calls for a graph that is only executed)."""
     import operator
 
     import torch
@@ -113,11 +114,6 @@ def compile_graph(gm: Any, name: str = "graph", options: dict | None = None) -> 
     sink_views(gm)  # a Linear's epilogue on [B, T, N] then reads the GEMM's [B*T, N] output directly
     found = partition(gm)
     record = GraphStats(name)
-    if any(isinstance(n.meta.get("val"), torch.SymInt) or
-           (isinstance(n.meta.get("val"), torch.Tensor) and not all(isinstance(d, int) for d in n.meta["val"].shape))
-           for n in gm.graph.nodes if n.op == "placeholder"):
-        log.warning("kernelgen %s graph has dynamic shapes: its ops run ATen (kernelgen kernels are static-shape "
-                    "here); pass torch.compile(..., dynamic=False) to specialise", name)
     for node in gm.graph.nodes:
         if node.op != "call_function" or node.target is operator.getitem:
             continue
@@ -132,7 +128,7 @@ def compile_graph(gm: Any, name: str = "graph", options: dict | None = None) -> 
         record.fused_ops += sum(1 for n in region.nodes if n.target is not operator.getitem)
         record.templates[region.template] += 1
     record.regions = len(found.regions)
-    install(gm, found.regions, options, record.runs)
+    install(gm, found.regions, options, record.runs, direct)
     for reason in sorted(set(record.left.values())):
         log.info("kernelgen %s graph: ATen runs ops because %s", name, reason)
     with _LOCK:
@@ -158,7 +154,7 @@ def kernelgen_backend(gm: Any, example_inputs: list, options: dict | None = None
 
     def compiler(name: str) -> Any:
         def compile_one(graph_module: Any, inputs: list) -> Any:
-            compile_graph(graph_module, name, options)
+            compile_graph(graph_module, name, options, direct=True)
             return make_boxed_func(graph_module.forward)
 
         return compile_one

@@ -47,18 +47,37 @@ class Partition:
 
 
 def spec_of(value: Any) -> TensorSpec | None:
-    """The ``TensorSpec`` of a fake tensor from ``node.meta['val']``, or None when it is not a plain tensor of
-    static shape and a supported dtype (a SymInt size means a dynamic shape: those regions run ATen)."""
+    """The ``TensorSpec`` of a fake tensor from ``node.meta['val']``, or None when it is not a plain tensor of a
+    supported dtype. A symbolic size or stride (Dynamo's dynamic shapes) is taken at its hint, the size of
+    the example the graph was traced with: regions are chosen on it, and each region's kernel is then built
+    for the sizes its calls bring (``kernelgen.frontend.region_op``: one generic kernel per shape family)."""
     import torch
 
     if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
         return None
-    if not all(isinstance(s, int) for s in (*value.shape, *value.stride())):
-        return None
     dtype = str(value.dtype).removeprefix("torch.")
     if dtype not in SUPPORTED_DTYPES:
         return None
-    return TensorSpec(tuple(value.shape), dtype, tuple(value.stride()))
+    try:
+        shape, strides = (tuple(_hint(s) for s in dims) for dims in (value.shape, value.stride()))
+    except (TypeError, ValueError, RuntimeError):  # an unbacked size (data-dependent): no hint to plan with
+        return None
+    return TensorSpec(shape, dtype, strides)
+
+
+def is_symbolic(value: Any) -> bool:
+    """Whether fake tensor ``value`` has a symbolic (dynamic) size or stride."""
+    import torch
+
+    return isinstance(value, torch.Tensor) and not all(isinstance(s, int) for s in (*value.shape, *value.stride()))
+
+
+def _hint(size: Any) -> int:
+    if isinstance(size, int):
+        return size
+    from torch.fx.experimental.symbolic_shapes import optimization_hint
+
+    return int(optimization_hint(size))
 
 
 def op_packet(node: Any) -> str:
@@ -94,7 +113,7 @@ def lower_region(members: list[Any], seen: Any = None, fresh: Any = ()) -> tuple
             return env[arg]
         spec = spec_of(arg.meta.get("val"))
         if spec is None:
-            raise UnsupportedOpError(f"{arg.name} is not a static-shape tensor of a supported dtype "
+            raise UnsupportedOpError(f"{arg.name} is not a tensor of a supported dtype "
                                      f"({_describe(arg.meta.get('val'))})")
         env[arg] = _NodeRef(builder.add("input", (), spec, index=len(inputs)))
         inputs.append(arg)
@@ -103,6 +122,10 @@ def lower_region(members: list[Any], seen: Any = None, fresh: Any = ()) -> tuple
     for node in members:
         if any(isinstance(a, torch.Tensor) for a in torch.utils._pytree.tree_leaves((node.args, node.kwargs))):
             raise UnsupportedOpError(f"{node.name} takes a tensor constant; it stays ATen")
+        if any(isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool))
+               for a in torch.utils._pytree.tree_leaves((node.args, node.kwargs))):
+            # lowering it would read the symbol's value at its hint: a guard that specialises the graph
+            raise UnsupportedOpError(f"{node.name} takes a symbolic size as an argument; it stays ATen")
         args = torch.fx.node.map_arg(node.args, value)
         kwargs = torch.fx.node.map_arg(node.kwargs, value)
         if node.target is operator.getitem:
@@ -110,7 +133,7 @@ def lower_region(members: list[Any], seen: Any = None, fresh: Any = ()) -> tuple
             continue
         meta = spec_of(node.meta.get("val"))
         if meta is None and not isinstance(node.meta.get("val"), (tuple, list)):
-            raise UnsupportedOpError(f"{node.name} is not a static-shape tensor of a supported dtype "
+            raise UnsupportedOpError(f"{node.name} is not a tensor of a supported dtype "
                                      f"({_describe(node.meta.get('val'))})")
         where = f"{node.name} = {node.target}(...)"
         env[node] = lowering.lower(builder, "call_function", node.target, args, kwargs, meta, where)
@@ -252,7 +275,7 @@ def _reaches(start: list[Any], targets: set[Any], regions: list[Region], region_
     return False
 
 
-__all__ = ["Partition", "Region", "VIEW_OPS", "lower_region", "partition", "spec_of", "try_region"]
+__all__ = ["Partition", "Region", "VIEW_OPS", "is_symbolic", "lower_region", "partition", "spec_of", "try_region"]
 
 
 def aten_graph_of(fn: Any, specs: Any) -> Any:

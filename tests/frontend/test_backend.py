@@ -109,18 +109,60 @@ def test_fullgraph_with_tensor_attribute_reads_and_python_scalars():
     assert graphs[0].regions == 1 and graphs[0].coverage == 1.0
 
 
-def test_dynamic_shapes_run_aten_with_a_reason(caplog):
+def _region_kernels(graphs) -> list:
+    from kernelgen.frontend.region_op import _REGIONS
+
+    return [k for k in _REGIONS.values() if k.counters is not None and any(k.counters is g.runs for g in graphs)]
+
+
+def test_dynamic_shapes_run_one_generic_kernel_per_region():
+    """Dynamo's symbolic batch dim: regions still form (planned at the size hint) and each region serves every
+    later size with one shape-generic kernel (the same family and source file), values as eager's."""
+    def fn(x, w):
+        return torch.softmax(torch.sigmoid(x) * x * w, -1)
+
+    w = torch.randn(8)
+    compiled = torch.compile(fn, backend="kernelgen", dynamic=True)
+    sizes = (3, 5, 17, 64, 2)
+    with dynamo_backend.collect() as graphs:
+        for n in sizes:
+            x = torch.randn(n, 8)
+            torch.testing.assert_close(compiled(x, w), fn(x, w))
+    assert len(graphs) == 1 and graphs[0].regions >= 1 and not graphs[0].left
+    assert graphs[0].runs == {"kernel": len(sizes) * graphs[0].regions}
+    for kernel in _region_kernels(graphs):
+        seen = {(e["family"], e["source_path"]) for e in
+                (kernel.compiled.explain(torch.randn(n, 8), w) for n in sizes) if "family" in e}
+        assert len(seen) == 1, seen  # one generic kernel, never one per size
+
+
+def test_dynamic_shapes_training_matches_eager_at_each_size():
+    torch.manual_seed(0)
+    model = MLP()
+    compiled = torch.compile(model, backend="kernelgen", dynamic=True)
+    with dynamo_backend.collect() as graphs:
+        for n in (3, 6, 11):
+            x = torch.randn(n, 8, requires_grad=True)
+            g = torch.randn(n, 8)
+            got, got_grads = grads_of(compiled, x, g)
+            want, want_grads = grads_of(model, x, g)
+            torch.testing.assert_close(got, want)
+            for a, b in zip(got_grads, want_grads):
+                torch.testing.assert_close(a, b)
+    assert {g.name for g in graphs} == {"forward", "backward"}
+    assert all(g.regions and g.runs.get("kernel") for g in graphs)
+
+
+def test_symbolic_size_arguments_stay_aten():
     def fn(x):
-        return torch.sigmoid(x) * x
+        return x * x.shape[0]  # the size is a SymInt argument of the multiply
 
     compiled = torch.compile(fn, backend="kernelgen", dynamic=True)
-    with dynamo_backend.collect() as graphs, caplog.at_level("WARNING", logger="kernelgen"):
+    with dynamo_backend.collect() as graphs:
         for n in (3, 5):
-            x = torch.randn(n, 8)
+            x = torch.randn(n, 4)
             torch.testing.assert_close(compiled(x), fn(x))
-    assert graphs and graphs[0].regions == 0
-    assert any("static-shape" in reason for reason in graphs[0].left.values())
-    assert "dynamic=False" in caplog.text
+    assert any("SymInt" in reason for reason in graphs[0].left.values())
 
 
 def test_unknown_option_is_a_kernelgen_error():

@@ -113,3 +113,26 @@ def test_model_matches_eager_on_the_triton_backend(name, mode):
     if not (interpreter_active() or torch.cuda.is_available()):
         pytest.skip("triton was imported before TRITON_INTERPRET=1 was set")
     _compare(name, mode, "triton", "cuda" if torch.cuda.is_available() and not interpreter_active() else "cpu")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[] if n == "gpt2" else [pytest.mark.slow]) for n in names()])
+def test_model_under_dynamic_shapes_matches_eager_at_each_batch_size(name):
+    """``torch.compile(dynamic=True)``: one compile of the model serves three batch sizes (symbolic dim 0 in
+    Dynamo's graphs); values and gradients are eager's at each, and kernelgen regions run at each."""
+    backend = _backend()
+    module, inputs = make(name, "test")
+    ours = copy.deepcopy(module)
+    compiled = torch.compile(ours, backend="kernelgen", dynamic=True)
+    with backend.collect() as graphs:
+        for scale in (1, 2, 3):
+            batch = tuple(torch.cat([x] * scale) for x in inputs)
+            got, _ = _step(compiled, batch, "fwd+bwd")
+            got_grads = {n: p.grad for n, p in ours.named_parameters()}
+            want, want_grads = _step(module, batch, "fwd+bwd")
+            torch.testing.assert_close(got, want, **TOL)
+            for n, g in got_grads.items():
+                torch.testing.assert_close(g, want_grads[n], **TOL, msg=lambda m, n=n: f"grad of {n}: {m}")
+            ours.zero_grad()
+            module.zero_grad()
+    assert {g.name for g in graphs} == {"forward", "backward"}  # compiled once, not once per size
+    assert all(g.regions and g.runs.get("kernel", 0) >= 3 * g.regions for g in graphs), [g.as_dict() for g in graphs]
