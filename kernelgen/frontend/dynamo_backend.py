@@ -107,10 +107,12 @@ def compile_graph(gm: Any, name: str = "graph", options: dict | None = None, dir
 
     import torch
 
+    from kernelgen.frontend.cleanup import drop_noop_conversions
     from kernelgen.frontend.partition import is_view, partition
     from kernelgen.frontend.region_op import install
     from kernelgen.frontend.sink_views import sink_views
 
+    drop_noop_conversions(gm)  # float32 -> float32 upcasts of the decompositions: no op, no region needed
     sink_views(gm)  # a Linear's epilogue on [B, T, N] then reads the GEMM's [B*T, N] output directly
     found = partition(gm)
     record = GraphStats(name)
