@@ -137,7 +137,7 @@ class CompiledFunction:
 
     def __init__(self, fn: Callable[..., Any], backend: str = "auto", *, tune: bool | str = False, db: Any = None,
                  team_db: str | None = None, trials: int | None = None, seconds: float | None = None,
-                 dynamic: Any = None, max_variants: int | None = None) -> None:
+                 dynamic: Any = None, max_variants: int | None = None, partition: bool = True) -> None:
         import inspect
 
         from kernelgen.frontend import dynamic as dyn
@@ -162,6 +162,11 @@ class CompiledFunction:
             names = []
         self.dynamic = dyn.parse(dynamic, names)
         self.max_variants = _max_variants(max_variants)
+        # A graph no single template covers goes through torch.compile with the kernelgen backend: Dynamo,
+        # AOTAutograd, the partitioner; its regions run kernelgen kernels (each region is a CompiledFunction
+        # with partition=False), the rest ATen. Built on first need, shared by every such signature.
+        self.partition = bool(partition)
+        self._graph_fn: Any = None
         self._families: dict[tuple, Any] = {}  # family key -> Family, or None where no generic kernel serves it
         self._sizes: dict[tuple, set[int]] = {}  # family key -> batch sizes seen (dynamic=None waits for two)
         self.variants = 0  # shape variants compiled: static kernels and families
@@ -258,6 +263,8 @@ class CompiledFunction:
         return entry.plan.build(outs, inputs)
 
     def _run_eager(self, entry: "_Entry", values: tuple, layout: Any, out: Any) -> Any:
+        if entry.source == "graph":
+            return self._run_graph(entry, values, layout, out)
         if not entry.check:
             result = self.callee.call(values, layout)
         else:  # shapes did not propagate on meta tensors: if eager rejects the inputs too, say so
@@ -289,6 +296,55 @@ class CompiledFunction:
         if reason not in self._logged:
             self._logged.add(reason)
             log.warning("%s runs eagerly: %s", self.__name__, reason)
+
+    def _run_graph(self, entry: "_Entry", values: tuple, layout: Any, out: Any) -> Any:
+        """A call of a signature no single template covers, through the kernelgen torch.compile backend. If
+        that fails where eager does not (Dynamo or the backend cannot take the function), the signature runs
+        eagerly from then on, with the reason logged; an error eager raises too is the caller's.
+
+        The signature's first successful call runs eagerly: decompositions accept inputs eager rejects
+        (``gelu`` of an int64 tensor decomposes into ops that take integers), and eager's error is the
+        contract. Until a call succeeds, each call runs eagerly and raises what eager raises."""
+        if entry.check:
+            result = self.callee.call(values, layout)
+            entry.check = False
+            return result if out is None else fill_out(result, out, self.__name__)
+        try:
+            result = self.callee.call(values, layout, fn=self._graph_callable())
+        except Exception as exc:  # noqa: BLE001 - decided below by running eager
+            result = self.callee.call(values, layout)  # raises when the inputs are wrong for eager too
+            entry.source, entry.impl = "eager", ""
+            entry.reason = f"{entry.reason}; torch.compile with the kernelgen backend failed " \
+                           f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+            self._log_once(entry.reason)
+        return result if out is None else fill_out(result, out, self.__name__)
+
+    def _graph_callable(self) -> Any:
+        """``torch.compile(fn, backend=kernelgen)`` with this function's options, made once."""
+        if self._graph_fn is None:
+            import functools
+
+            import torch
+
+            from kernelgen.frontend.dynamo_backend import kernelgen_backend
+
+            options = {"backend": self.backend_name, "tune": "auto" if self.tune else False, "db": self.db_arg,
+                       "team_db": self.team_db, "trials": self.trials, "seconds": self.seconds}
+            backend = functools.partial(kernelgen_backend, options={k: v for k, v in options.items() if v is not None})
+            self._graph_fn = torch.compile(self.fn, backend=backend, dynamic=self.dynamic if isinstance(self.dynamic, bool)
+                                           else None)
+        return self._graph_fn
+
+    def _partitioned(self, reason: str) -> "_Entry":
+        """The entry of a signature no single kernelgen template covers: partitioned into regions through
+        the torch.compile backend (``partition=True``), else eager."""
+        if not self.partition:
+            return self._eager(reason)
+        log.info("%s: %s; torch.compile with the kernelgen backend partitions it into regions", self.__name__, reason)
+        entry = _Entry(eager=True, check=True, source="graph", impl="graph",
+                       reason=f"{reason}: it runs as regions of kernelgen kernels and ATen ops (torch.compile with "
+                              "the kernelgen backend)")
+        return entry
 
     def _eager(self, reason: str, check: bool = False) -> "_Entry":
         if not check:
@@ -341,7 +397,7 @@ class CompiledFunction:
             log.debug("%s: %s", self.__name__, exc)
             return self._eager(str(exc), check=True)
         except TraceError as exc:  # UnsupportedOpError included
-            return self._eager(str(exc))
+            return self._partitioned(str(exc))
         graph = cap.graph
         if not graph.outputs:
             return self._eager("it returns no tensor computed from its inputs")
@@ -349,8 +405,8 @@ class CompiledFunction:
             return self._eager("an output is empty (numel 0); eager handles empty tensors")
         impls = implementations_for(graph, backend.name)
         if not impls:
-            return self._eager(f"no template or custom call covers ops {sorted(graph.ops())} on backend "
-                               f"{backend.name!r}")
+            return self._partitioned(f"no template or custom call covers ops {sorted(graph.ops())} on backend "
+                                     f"{backend.name!r}")
         target = backend.target()
         log.debug("%s: traced %d nodes (ops %s), workload %s; candidates %s", self.__name__, len(graph.nodes),
                   sorted(graph.ops() - {"input"}), graph.workload_key[:12], [i.name for i in impls])
@@ -587,7 +643,7 @@ def _max_variants(value: int | None) -> int:
 
 def compile(fn: Callable[..., Any], backend: str = "auto", *, tune: bool | str = False, db: Any = None,
             team_db: str | None = None, trials: int | None = None, seconds: float | None = None,
-            dynamic: Any = None, max_variants: int | None = None) -> CompiledFunction:
+            dynamic: Any = None, max_variants: int | None = None, partition: bool = True) -> CompiledFunction:
     """Compile ``fn`` into a kernelgen-dispatched callable with eager PyTorch's results and gradients.
 
     ``fn``: a function of tensors (Python constants as arguments are part of the signature), an
@@ -606,9 +662,14 @@ def compile(fn: Callable[..., Any], backend: str = "auto", *, tune: bool | str =
     False never, ``{"x": [0]}`` for named arguments (see ``kernelgen.frontend.dynamic``). ``max_variants``
     caps the shape variants compiled (default ``KERNELGEN_MAX_VARIANTS`` or 8); past it, new shapes run
     eagerly with a warning logged once.
+
+    ``partition``: a function no single template covers (a whole model, an op kernelgen does not lower) runs
+    through ``torch.compile`` with the kernelgen backend: Dynamo, AOTAutograd, the partitioner, kernelgen
+    kernels for its regions and ATen for the rest (True, default); False runs such a function eagerly.
+    A function one template covers keeps the direct path: no Dynamo guards on its calls.
     """
     return CompiledFunction(fn, backend, tune=tune, db=db, team_db=team_db, trials=trials, seconds=seconds,
-                            dynamic=dynamic, max_variants=max_variants)
+                            dynamic=dynamic, max_variants=max_variants, partition=partition)
 
 
 __all__ = ["CompiledFunction", "compile"]

@@ -106,7 +106,7 @@ def test_unsupported_graph_runs_eagerly_and_logs_once(caplog):
     def two_matmuls(x, w):
         return (x @ w) @ w
 
-    f, g = compile(cumulative, backend="cpp"), compile(two_matmuls, backend="cpp")
+    f, g = compile(cumulative, backend="cpp", partition=False), compile(two_matmuls, backend="cpp", partition=False)
     w = torch.randn(40, 40)
     with caplog.at_level(logging.WARNING, logger="kernelgen"):
         for _ in range(3):
@@ -191,7 +191,38 @@ def test_explain_points_at_the_generated_source_it_runs():
 
 
 def test_explain_of_an_eager_signature_says_why_and_has_no_source():
-    f = compile(lambda x: x.sort().values, backend="cpp")
+    f = compile(lambda x: x.sort().values, backend="cpp", partition=False)
     explained = f.explain(X)
     assert explained["implementation"] == "eager" and explained["source_path"] is None
     assert explained["reason"]
+
+
+def test_a_graph_no_template_covers_runs_as_regions_through_the_backend(caplog):
+    """partition=True (default): the function goes through torch.compile with the kernelgen backend; its two
+    GEMMs become regions of kernelgen kernels, with eager's values, and nothing is logged as eager."""
+    from kernelgen.frontend import dynamo_backend
+
+    def two_matmuls(x, w):
+        return torch.relu(x @ w) @ w
+
+    g = compile(two_matmuls, backend="cpp")
+    w = torch.randn(40, 40)
+    explained = g.explain(X, w)
+    assert explained["implementation"] == "graph" and "torch.compile" in explained["reason"]
+    with dynamo_backend.collect() as graphs, caplog.at_level(logging.WARNING, logger="kernelgen"):
+        for _ in range(3):
+            torch.testing.assert_close(g(X, w), two_matmuls(X, w))
+    assert not [r for r in caplog.records if r.name.startswith("kernelgen")]
+    assert len(graphs) == 1 and graphs[0].regions == 2 and graphs[0].runs == {"kernel": 4}  # the 1st call: eager
+    out = torch.empty(24, 40)
+    assert g(X, w, out=out) is out
+    torch.testing.assert_close(out, two_matmuls(X, w))
+
+
+def test_a_partitioned_signature_raises_what_eager_raises():
+    # Inductor's decomposition of gelu takes integers; eager's gelu does not: kernelgen keeps eager's error.
+    f = compile(torch.nn.functional.gelu, backend="cpp")
+    x = torch.arange(6)
+    for _ in range(2):
+        with pytest.raises(RuntimeError):
+            f(x)

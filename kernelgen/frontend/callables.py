@@ -61,12 +61,13 @@ class Callee:
             return tuple(positional), None
         return tuple(positional) + tuple(keywords.values()), (len(positional), tuple(keywords))
 
-    def call(self, values: tuple, layout: tuple[int, tuple[str, ...]] | None) -> Any:
-        """Run the callable eagerly on bound values."""
+    def call(self, values: tuple, layout: tuple[int, tuple[str, ...]] | None, fn: Any = None) -> Any:
+        """Run the callable (or ``fn``, a compiled stand-in for it) eagerly on bound values."""
+        fn = self.fn if fn is None else fn
         if layout is None:
-            return self.fn(*values)
+            return fn(*values)
         n, names = layout
-        return self.fn(*values[:n], **dict(zip(names, values[n:])))
+        return fn(*values[:n], **dict(zip(names, values[n:])))
 
 
 def describe(fn: Any) -> Callee:

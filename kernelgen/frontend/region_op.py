@@ -46,7 +46,8 @@ class RegionKernel:
         self.options = dict(options or {})  # kernelgen.compile's keywords: backend, tune, db, trials, ...
         # ``dynamic``: the inputs whose dim 0 Dynamo made symbolic ({index: [0]}): one generic kernel serves
         # every size of them (a shape family); other symbolic dims compile per size, bounded by max_variants.
-        self.compiled = CompiledFunction(gm, **self.options, **({} if dynamic is None else {"dynamic": dynamic}))
+        self.compiled = CompiledFunction(gm, **self.options, **({} if dynamic is None else {"dynamic": dynamic}),
+                                         partition=False)  # (it is a region already: its fallback is its ATen nodes)
         self.impl: str | None = None  # what ran on the first call: a template/custom call name or "eager"
         self.failed: str | None = None
 

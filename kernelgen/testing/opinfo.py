@@ -8,7 +8,9 @@ extremes written into integer inputs, float inputs that require grad. Each run h
 - ``pass``: a kernelgen kernel ran and equals eager (dtype, shape, structure, values within the dtype's
   tolerance with NaN placement, input mutation), or eager raised and kernelgen raised the same type or a
   ``KernelgenError``;
-- ``fallback``: kernelgen ran the function eagerly (``explain()['implementation'] == 'eager'``), allowed;
+- ``fallback``: kernelgen ran the function eagerly (``explain()['implementation'] == 'eager'``), allowed
+  (compiled with ``partition=False``: the sweep checks kernelgen's own lowering of each op, so a sample it
+  does not lower runs eagerly instead of through the torch.compile backend's regions);
 - ``fail``: a mismatch, or an exception eager did not raise.
 
 The ``grad`` variant makes float inputs require grad and also compares the gradients of the outputs' sum.
@@ -237,7 +239,7 @@ def run_case(fn: Callable[..., Any], sample: Any, case: Case, backend: str) -> O
         return Outcome(case, "fallback", "no tensor inputs")
     if len(inputs) > len(_ARITY):
         return Outcome(case, "fallback", f"{len(inputs)} tensor inputs (harness supports {len(_ARITY)})")
-    compiled = kernelgen.compile(_ARITY[len(inputs) - 1](call), backend=backend)
+    compiled = kernelgen.compile(_ARITY[len(inputs) - 1](call), backend=backend, partition=False)
     try:
         got = compiled(*inputs)
     except Exception as exc:
