@@ -628,7 +628,8 @@ def compile(fn: Callable[..., Any], backend: str = "auto", *, tune: bool | str =
 
     ``db``: a database URL or an open database (default: ``KERNELGEN_DB`` or the per-user SQLite file),
     layered over ``team_db`` (default: ``KERNELGEN_TEAM_DB``). ``tune="auto"`` tunes each new signature
-    that has no record on first call, within ``trials`` / ``seconds`` (default 60 s). Calls accept
+    that has no record on first call, within ``trials`` / ``seconds`` (default 60 s); a shape family is
+    tuned once per size bucket instead, on its generic kernels at the bucket's size. Calls accept
     ``out=`` (a preallocated output, or a sequence of them in the result's flattened order) and raise
     ``InputMismatchError`` for inputs that cannot run (wrong count, dtype, device, or shapes the function
     rejects). A graph kernelgen cannot run exactly as eager runs eagerly (the reason is logged once).
@@ -636,8 +637,9 @@ def compile(fn: Callable[..., Any], backend: str = "auto", *, tune: bool | str =
     ``dynamic``: which batch dims vary at run time, so one generic kernel serves every size (no compile at
     a new size): None (default) makes dim 0 dynamic once a second size is seen, True from the first call,
     False never, ``{"x": [0]}`` for named arguments (see ``kernelgen.frontend.dynamic``). ``max_variants``
-    caps the shape variants compiled (default ``KERNELGEN_MAX_VARIANTS`` or 8); past it, new shapes run
-    eagerly with a warning logged once.
+    caps the shape variants compiled (default ``KERNELGEN_MAX_VARIANTS`` or 8): static kernels and each kernel
+    a shape family builds (one per distinct bucket choice); past it, new shapes run eagerly and a family's
+    new buckets run a kernel it has, with a warning logged once.
     """
     return CompiledFunction(fn, backend, tune=tune, db=db, team_db=team_db, trials=trials, seconds=seconds,
                             dynamic=dynamic, max_variants=max_variants)

@@ -18,6 +18,8 @@ a function whose graph is not the same at every batch size is compiled per size.
 Buckets: a size ``n`` falls in bucket ``bucket(n)``, the smallest power of two >= n. A bucket's tuned
 config is the record of the graph at the bucket's size (its representative), so records keep the plain
 workload key of a static graph and need no schema change; a record of the exact size wins over it.
+``kernelgen tune`` writes them for a manifest size range, ``tune="auto"`` for the first size of a bucket
+(``kernelgen.tune.bucket``, measuring the family's generic kernel at the representative size).
 """
 
 from __future__ import annotations
