@@ -115,3 +115,38 @@ def test_bucket_kernels_count_against_max_variants(tmp_path, caplog):
     assert seen[3] == seen[2]
     assert f.variants == 2
     assert len([r for r in caplog.records if "limit of 2" in r.getMessage()]) == 1
+
+
+OPS = '''
+import torch
+def bias_relu(x, b):
+    return torch.relu(x + b)
+'''
+
+
+@pytest.mark.parametrize("sizes, family", [
+    ("{rows = {min = 1, max = 20}, hidden = 16}", True),  # the range is the batch: a shape family's buckets
+    ("{rows = 8, hidden = {min = 4, max = 16}}", False),  # a range over an inner dim: static graphs, as before
+])
+def test_manifest_batch_range_tunes_the_generic_kernels(tmp_path, monkeypatch, sizes, family):
+    from kernelgen.tune.manifest import load_manifest, workload_implementations
+
+    module = f"kg_ops_dyn_range_{family}"
+    (tmp_path / f"{module}.py").write_text(OPS)
+    (tmp_path / "workloads.toml").write_text(
+        f'[[workload]]\nname = "bias_relu"\nfunction = "{module}:bias_relu"\nsizes = {sizes}\n'
+        'inputs = [{shape = ["rows", "hidden"], dtype = "float32"}, {shape = ["hidden"], dtype = "float32"}]\n')
+    monkeypatch.chdir(tmp_path)
+    (workload,) = load_manifest(tmp_path / "workloads.toml")
+    assert (workload.family is not None) == family
+    target = get_backend("cpp").target()
+    for graph in workload.graphs:
+        impls = workload_implementations(workload, graph)
+        rows = graph.signature[0].shape[0]
+        generic = family and rows >= 2  # size 1 is specialised at run time: its own static kernel
+        assert all(isinstance(i, BucketMember) == generic for i in impls), rows
+        if generic:
+            (member,) = impls
+            assert member.graph.workload_key == graph.workload_key  # recorded under the static graph's key
+            source = Path(member.build(member.default_config(target), target).source_file).read_text()
+            assert "n0" in source  # measured: the generic kernel

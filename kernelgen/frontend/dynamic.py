@@ -73,11 +73,11 @@ def parse(dynamic: Any, param_names: Sequence[str]) -> Any:
 
 
 def eligible(t: Any) -> bool:
-    """Whether tensor ``t``'s dim 0 can be a run-time size: >= 2 and outermost in memory."""
+    """Whether tensor ``t``'s (or a ``TensorSpec``'s) dim 0 can be a run-time size: >= 2 and outermost in memory."""
     shape = t.shape
     if len(shape) == 0 or shape[0] < 2:
         return False
-    strides = t.stride()
+    strides = t.effective_strides() if hasattr(t, "effective_strides") else t.stride()
     return all(strides[0] >= strides[d] * shape[d] for d in range(1, len(shape)))
 
 
@@ -124,12 +124,13 @@ def sentinel_for(values: Sequence[Any]) -> int:
 
 
 def sized_specs(values: Sequence[Any], dims: Sequence[int], size: int) -> list[Any]:
-    """The call values with each dynamic tensor replaced by the ``TensorSpec`` of it at batch size ``size``."""
+    """The call values (tensors or ``TensorSpec``s) with each dynamic one replaced by its ``TensorSpec`` at
+    batch size ``size``."""
     from kernelgen.values import TensorSpec
 
     out = list(values)
     for i in dims:
-        spec = TensorSpec.of(values[i])
+        spec = values[i] if isinstance(values[i], TensorSpec) else TensorSpec.of(values[i])
         out[i] = TensorSpec((size, *spec.shape[1:]), spec.dtype, spec.effective_strides())
     return out
 

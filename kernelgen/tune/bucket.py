@@ -10,13 +10,18 @@ for a manifest size range (the plain workload key of the static graph, the imple
 source hash), so dispatch finds them by bucket and needs no schema of its own. Tuning a static kernel at the
 bucket's size instead would measure another kernel: sizes baked in as constants let the compiler unroll and
 drop the tails the generic kernel keeps, and its best config need not be the generic kernel's.
+
+``kernelgen tune`` does the same for a manifest size range that is the batch (dim 0) of its inputs
+(``range_family``, ``range_implementations``): each representative size tunes the generic kernels.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from kernelgen.frontend.dynamic import substitute
 from kernelgen.implementation import Implementation, Launcher
 from kernelgen.ir import Graph
 from kernelgen.space import SearchSpace
@@ -88,6 +93,56 @@ def members(generic: Sequence[Implementation], graph: Graph) -> list[BucketMembe
     return [BucketMember(impl, graph) for impl in generic]
 
 
+@dataclass(frozen=True)
+class _Traced:
+    graph: Graph  # what ``family_graph`` asks of a trace (it replaces the graph with the marked one)
+
+
+def range_family(fn: Any, specs: Sequence[Any], dims: Sequence[int]) -> Graph | None:
+    """The shape-generic graph of ``fn`` over the ``TensorSpec``s ``specs`` with dim 0 of the inputs ``dims``
+    the run-time batch size (a manifest size range used as the batch), as ``kernelgen.compile`` builds a shape
+    family; None when those dims cannot be a batch size (``eligible``) or the graph is not one family."""
+    from kernelgen.errors import KernelgenError
+    from kernelgen.frontend.dynamic import eligible, family_graph
+    from kernelgen.ir import trace
+
+    specs = list(specs)
+    sizes = {specs[i].shape[0] for i in dims}
+    if not dims or len(sizes) != 1 or not all(eligible(specs[i]) for i in dims):
+        return None
+    try:
+        got = family_graph(lambda values: _Traced(trace(fn, *values)), specs, dims)
+    except KernelgenError:
+        return None
+    return None if got is None else got[0].graph
+
+
+def batch_size(family: Graph, graph: Graph) -> int | None:
+    """The batch size at which ``graph`` is the static graph of the shape-generic ``family``, when it is one a
+    family serves (>= 2: sizes 0 and 1 are specialised); else None."""
+    dynamic = next((i for i, spec in enumerate(family.signature) if spec.shape[:1] == (family.dynamic,)), None)
+    if not family.dynamic or dynamic is None or dynamic >= len(graph.signature) or not graph.signature[dynamic].shape:
+        return None
+    n = graph.signature[dynamic].shape[0]
+    return n if n >= 2 and substitute(family, family.dynamic, n).workload_key == graph.workload_key else None
+
+
+def range_implementations(family: Graph, graph: Graph, impls: Sequence[Implementation],
+                          backend: str) -> list[Implementation]:
+    """What ``kernelgen tune`` tunes at one representative size ``graph`` of a manifest size range: each of
+    ``impls`` that has a generic version in ``family`` becomes that one's ``BucketMember`` (the kernel dispatch
+    runs at every size of the bucket); the others (custom calls, a template that bakes the size in) stay as
+    they are. ``impls`` unchanged at a size the family does not serve (1)."""
+    from kernelgen.backends import get_backend
+    from kernelgen.implementation import implementations_for
+
+    if batch_size(family, graph) is None:
+        return list(impls)
+    target = get_backend(backend).target()
+    generic = {i.name: i for i in implementations_for(family, backend) if i.shape_generic(target)}
+    return [BucketMember(generic[i.name], graph) if i.name in generic else i for i in impls]
+
+
 def tune_bucket(generic: Sequence[Implementation], graph: Graph, *, backend: str, db: Any, trials: int | None,
                 seconds: float | None, name: str | None = None) -> Any:
     """Tune the family's generic implementations at the static graph ``graph`` (a bucket's size) within the
@@ -98,4 +153,5 @@ def tune_bucket(generic: Sequence[Implementation], graph: Graph, *, backend: str
                       implementations=members(generic, graph)).best
 
 
-__all__ = ["BucketMember", "members", "rebuild", "tune_bucket"]
+__all__ = ["BucketMember", "batch_size", "members", "range_family", "range_implementations", "rebuild",
+           "tune_bucket"]
