@@ -428,10 +428,11 @@ class CompiledFunction:
         if served is None:
             return None
         self.variants += max(0, len(family.kernels) - max(1, before))
-        if not may_build and served.source == "default" and "cap:" + family.key not in self._logged:
+        if served.capped and "cap:" + family.key not in self._logged:
             self._logged.add("cap:" + family.key)
             log.warning("%s: at its limit of %d compiled shape variants (raise max_variants= or %s); new size "
-                        "buckets of shape family %s run a kernel it already has, untuned for them", self.__name__,
+                        "buckets of shape family %s run a kernel it already has, not their own tuned or recorded "
+                        "config", self.__name__,
                         self.max_variants, VARIANTS_ENV, family.key)
         import torch
 

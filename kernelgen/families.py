@@ -36,6 +36,7 @@ class Served:
     bucket: int
     outputs: tuple  # ((torch.Size, torch dtype), ...) at this size
     path: Any = None  # the generated source file of the launcher (explain shows it)
+    capped: bool = False  # the bucket's choice was not built, or not tuned, for the caller's variant cap
 
 
 @dataclass
@@ -115,8 +116,11 @@ class Family:
             return hit
         found = self._record(b) if b != n else None
         source = "bucket"
-        if found is None and self.tuner is not None and may_tune:
-            found, source = self._tune(b), "tuned"
+        if found is None and self.tuner is not None:
+            if may_tune:
+                found, source = self._tune(b), "tuned"
+            else:
+                self._untuned.add(b)
         if found is None:  # the nearest tuned size, one bucket away
             found = next((r for r in (self._record(s) for s in neighbour_buckets(b)[1:]) if r is not None), None)
             source = "bucket"
@@ -168,6 +172,7 @@ class Family:
 
     def __post_init__(self) -> None:
         self._chosen: dict = {}  # (implementation, config key) -> (implementation, config) of each built kernel
+        self._untuned: set[int] = set()  # buckets left untuned for the caller's variant cap
         import torch
 
         self._outputs = [(spec.shape[:1] == (self.sentinel,), spec.shape, getattr(torch, spec.dtype))
@@ -203,10 +208,12 @@ class Family:
         if got is None:
             return None
         used_impl, used, launch = got
-        if used != config or used_impl is not impl:
+        substituted = used != config or used_impl is not impl
+        if substituted:
             source = "default"
+        capped = not may_build and (substituted or bucket(n) in self._untuned)
         return Served(launch, used_impl, used, source, bucket(n), self.outputs(n),
-                      self.sources.get((used_impl.name, used.key())))
+                      self.sources.get((used_impl.name, used.key())), capped)
 
 
 __all__ = ["Family", "Served"]

@@ -117,6 +117,21 @@ def test_bucket_kernels_count_against_max_variants(tmp_path, caplog):
     assert len([r for r in caplog.records if "limit of 2" in r.getMessage()]) == 1
 
 
+def test_auto_tuning_stops_at_the_variant_cap(tmp_path, tuning_runs, caplog):
+    """A tuned bucket config is a kernel to build: past the cap a new bucket is not tuned (the tuning could not
+    run here), it runs the family's kernel, and the cap is said once."""
+    url = f"sqlite:///{tmp_path / 'tuning.sqlite'}"
+    f = compile(softmax, backend="cpp", dynamic=True, tune="auto", trials=1, db=url, max_variants=1)
+    with caplog.at_level(logging.WARNING, logger="kernelgen.dispatch"):
+        for n in (5, 20, 30, 100):  # buckets 8, 32, 32, 128
+            x = torch.randn(n, 33)
+            torch.testing.assert_close(f(x), softmax(x))
+    assert [g.workload_key for g, _ in tuning_runs] == [kernelgen.trace(softmax, torch.randn(8, 33)).workload_key]
+    what = f.explain(torch.randn(20, 33))
+    assert (what["source"], what["family_kernels"], what["variants"]) == ("default", 1, 1)
+    assert len([r for r in caplog.records if "limit of 1" in r.getMessage()]) == 1
+
+
 OPS = '''
 import torch
 def bias_relu(x, b):
