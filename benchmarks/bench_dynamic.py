@@ -12,8 +12,9 @@ For each of four functions (pointwise, row reduction, GEMM with epilogue, attent
   overhead (first call minus a second call at that size: what the new size cost beyond the kernel), for
   kernelgen and for torch.compile(dynamic=True); wrong results (vs eager) are counted, not asserted;
 - for ``--exact`` sampled sizes: the size's bucket tuned (``--trials``, as ``tune="auto"`` tunes it: the
-  family's generic kernels at the bucket's size) and the exact size tuned, in two databases; the dispatched generic kernel with the bucket's config vs kernelgen compiled with
-  ``dynamic=False`` over the exact size's record (a kernel compiled and tuned for exactly that size) (goal: geomean within 5%, worst within 15%), and vs eager and torch.compile(dynamic=True),
+  family's generic kernels at the bucket's size) and the exact size tuned, in two databases; the dispatched
+  generic kernel with the bucket's config vs kernelgen compiled with ``dynamic=False`` over the exact size's
+  record (a kernel compiled and tuned for exactly that size) (goal: geomean within 5%, worst within 15%), and vs eager and torch.compile(dynamic=True),
   timed interleaved over ``--rounds`` rounds (median of round minimums).
 
 C++ backend, this machine's threads. Prints figures, asserts nothing.

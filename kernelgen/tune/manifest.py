@@ -158,7 +158,8 @@ def _workload(entry: dict[str, Any], where: str) -> Workload:
                     family=_range_family(fn, entry, signatures))
 
 
-def _range_family(fn: Callable[..., Any], entry: dict[str, Any], signatures: list[tuple[TensorSpec, ...]]) -> Graph | None:
+def _range_family(fn: Callable[..., Any], entry: dict[str, Any],
+                  signatures: list[tuple[TensorSpec, ...]]) -> Graph | None:
     """The shape-generic graph of a workload whose size range is dim 0 of its ``inputs`` and no other dim
     (a batch size, as a shape family's); None otherwise (each representative size is tuned as a static graph)."""
     from kernelgen.tune.bucket import range_family

@@ -458,8 +458,8 @@ def main() -> None:
         channel.flush()
 
 
-__all__ = ["InProcessMeasurer", "IsolatedMeasurer", "WORKER_ARGS_ATTR", "WORKER_FACTORY_ATTR", "WorkerDied", "WorkerProcess",
-           "implementation_spec", "rebuild_implementation"]
+__all__ = ["InProcessMeasurer", "IsolatedMeasurer", "WORKER_ARGS_ATTR", "WORKER_FACTORY_ATTR", "WorkerDied",
+           "WorkerProcess", "implementation_spec", "rebuild_implementation"]
 
 
 if __name__ == "__main__":
