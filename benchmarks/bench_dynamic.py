@@ -11,9 +11,10 @@ For each of four functions (pointwise, row reduction, GEMM with epilogue, attent
 - first call at a new size once the family exists (no compile): median, 90th percentile and max, and its
   overhead (first call minus a second call at that size: what the new size cost beyond the kernel), for
   kernelgen and for torch.compile(dynamic=True); wrong results (vs eager) are counted, not asserted;
-- for ``--exact`` sampled sizes: the size's bucket tuned (``--trials``) and the exact size tuned, in two
-  databases; the dispatched generic kernel with the bucket's config vs kernelgen compiled with
-  ``dynamic=False`` over the exact size's record (a kernel compiled and tuned for exactly that size) (goal: geomean within 5%, worst within 15%), and vs eager and torch.compile(dynamic=True),
+- for ``--exact`` sampled sizes: the size's bucket tuned (``--trials``, as ``tune="auto"`` tunes it: the
+  family's generic kernels at the bucket's size) and the exact size tuned, in two databases; the dispatched
+  generic kernel with the bucket's config vs kernelgen compiled with ``dynamic=False`` over the exact size's
+  record (a kernel compiled and tuned for exactly that size) (goal: geomean within 5%, worst within 15%), and vs eager and torch.compile(dynamic=True),
   timed interleaved over ``--rounds`` rounds (median of round minimums).
 
 C++ backend, this machine's threads. Prints figures, asserts nothing.
@@ -107,9 +108,11 @@ def run_function(name: str, fn: Callable[..., Any], make: Callable[[int], tuple]
     bucket_url, exact_url = f"sqlite:///{tmp / f'{name}-buckets.sqlite'}", f"sqlite:///{tmp / f'{name}-exact.sqlite'}"
     tune_start = time.monotonic()
     if args.trials > 0:  # the buckets of the sampled sizes, and the sampled sizes exactly, in separate databases
-        with open_db(bucket_url) as db:
+        # the buckets as tune="auto" tunes them: the family's generic kernels, at each bucket's size
+        tuner = kernelgen.compile(fn, backend="cpp", db=bucket_url, dynamic=True, tune="auto", trials=args.trials)
+        with torch.no_grad():
             for b in sorted({bucket(n) for n in exact_sizes}):
-                _tune(kernelgen.trace(fn, *make(b)), db, args.trials)
+                tuner(*make(b))
         with open_db(exact_url) as db:
             for n in exact_sizes:
                 _tune(kernelgen.trace(fn, *make(n)), db, args.trials)
@@ -144,7 +147,7 @@ def run_function(name: str, fn: Callable[..., Any], make: Callable[[int], tuple]
             if not torch.allclose(got, fn(*inputs), atol=1e-4, rtol=1e-4):
                 wrong += 1
     tc_frames = counters["stats"]["unique_graphs"]
-    sources = {n: f.explain(*make(n)).get("source") for n in exact_sizes}
+    sources = {n: (lambda w: f"{w['implementation']} {w.get('source')}")(f.explain(*make(n))) for n in exact_sizes}
 
     # Speed at the sampled sizes: dispatched (bucket config) vs exact-tuned static kernel vs eager vs torch.compile.
     ratios = []
@@ -165,7 +168,7 @@ def run_function(name: str, fn: Callable[..., Any], make: Callable[[int], tuple]
                     samples[k] += _best_of(contenders[k], 1, args.min_time)
         t = {k: statistics.median(v) for k, v in samples.items()}
         ratios.append(t["bucket"] / t["exact"])
-        print(f"  {name:<10} n={n:<5} bucket {bucket(n):<5} ({sources[n]:<7}) {t['bucket'] * 1e6:9.1f} us | exact "
+        print(f"  {name:<10} n={n:<5} bucket {bucket(n):<5} ({sources[n]:<17}) {t['bucket'] * 1e6:9.1f} us | exact "
               f"{t['exact'] * 1e6:9.1f} us | bucket/exact {t['bucket'] / t['exact']:5.2f} | eager/bucket "
               f"{t['eager'] / t['bucket']:5.2f}x | torch.compile/bucket {t['torch.compile'] / t['bucket']:5.2f}x",
               flush=True)

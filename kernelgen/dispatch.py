@@ -475,9 +475,21 @@ class CompiledFunction:
         family = self._families[fkey]
         if family is None:
             return None
-        served = family.at(n, may_build=True)
+        # A family's first kernel is the variant its creation counted; each further (implementation, config)
+        # it builds (a bucket's tuned config) is one more, under the same cap. Past the cap a size runs a
+        # kernel the family has, untuned for its bucket.
+        before = len(family.kernels)
+        may_build = self.variants < self.max_variants
+        served = family.at(n, may_build=may_build)
         if served is None:
             return None
+        self.variants += max(0, len(family.kernels) - max(1, before))
+        if served.capped and "cap:" + family.key not in self._logged:
+            self._logged.add("cap:" + family.key)
+            log.warning("%s: at its limit of %d compiled shape variants (raise max_variants= or %s); new size "
+                        "buckets of shape family %s run a kernel it already has, not their own tuned or recorded "
+                        "config", self.__name__,
+                        self.max_variants, VARIANTS_ENV, family.key)
         import torch
 
         inputs = [full[i] for i in family.cap.picks]
@@ -485,9 +497,8 @@ class CompiledFunction:
         device = next((a.device for a in inputs if isinstance(a, _Tensor)), torch.device("cpu"))
         entry = _Entry(served.launch, served.outputs, plan=family.cap.plan, picks=picks, device=device,
                        grad=any(a.requires_grad for a in inputs if isinstance(a, _Tensor)), replay=family.cap.replay,
-                       impl=served.impl, config=served.config, source=served.source,
-                       path=family.sources.get(served.config.key()), digest=family.impl.source_hash(),
-                       reason=_REASONS[served.source])
+                       impl=served.impl.name, config=served.config, source=served.source, path=served.path,
+                       digest=served.impl.source_hash(), reason=_REASONS[served.source])
         entry.family, entry.bucket = family.key, served.bucket
         entry.huge = [bool(_HUGE_ADVICE) and shape.numel() * dtype.itemsize >= _HUGE_MIN_BYTES
                       for shape, dtype in served.outputs]
@@ -500,7 +511,8 @@ class CompiledFunction:
 
         got = dyn.family_graph(lambda vals: capture(self.callee, vals[:n_values], layout, vals[n_values:]),
                                full, dims)
-        family = None if got is None else Family.create(got[0], got[1], backend, self._lookup)
+        family = None if got is None else Family.create(got[0], got[1], backend, self._lookup,
+                                                        tuner=self._tune_bucket if self.tune else None)
         if family is not None:
             family.known = self._known_keys(family)
         if family is None:
@@ -514,7 +526,8 @@ class CompiledFunction:
             graph = family.static_graph(family.sentinel)
             groups = self._open_db().nearest_groups(
                 workload_key="", workload_family=graph.family_key, target_fingerprint=family.target.fingerprint,
-                target_family=family.target.family, implementation=None if family.rivals else family.impl.name)
+                target_family=family.target.family,
+                implementation=None if family.rivals or len(family.impls) > 1 else family.impl.name)
         except (KernelgenError, ModuleNotFoundError, AttributeError):
             return None
         return frozenset(groups.neighbours)
@@ -585,6 +598,22 @@ class CompiledFunction:
         return tune_graph(graph, backend=backend, db=self._open_db(), trials=self.trials, seconds=seconds,
                           name=self.workload_name).best
 
+    def _tune_bucket(self, graph: Any, impls: tuple, size: int) -> Any:
+        """tune="auto" for a shape family: tune its generic implementations at the size bucket ``size`` (``graph``
+        is the static graph at that batch size); the declared best record, or None when tuning failed."""
+        from kernelgen.tune.bucket import tune_bucket
+
+        seconds = self.seconds if self.seconds is not None or self.trials is not None else 60.0
+        log.info("%s: no tuning record for size bucket %s of its shape family; tuning %s at batch size %s now, "
+                 "once for every size of the bucket (trials %s, seconds %s)", self.__name__, size,
+                 ", ".join(i.name for i in impls), size, self.trials, seconds)
+        try:
+            return tune_bucket(impls, graph, backend=impls[0].backend, db=self._open_db(), trials=self.trials,
+                               seconds=seconds, name=self.workload_name)
+        except KernelgenError as exc:  # the bucket runs its default instead; the next process tries again
+            log.warning("%s: tuning size bucket %s failed (%s); it runs the default config", self.__name__, size, exc)
+            return None
+
     @property
     def workload_name(self) -> str:
         """The name its tuning records carry: the compiled function's ``module.qualname``."""
@@ -600,8 +629,10 @@ class CompiledFunction:
         """What runs for these inputs: ``implementation``, ``config``, ``source`` (where the config came
         from: db, bucket, tuned, default or eager), ``reason`` (why, in words), ``implementation_hash`` (the hash
         its tuning records carry) and ``source_path`` (the generated C++/Triton file; None when eager); when a
-        shape family's generic kernel serves them, also ``family`` (its key) and ``bucket`` (the size bucket
-        whose config runs)."""
+        shape family's generic kernel serves them, also ``family`` (its key), ``bucket`` (the size bucket
+        whose config runs), ``family_kernels`` (the (implementation, config) kernels the family has built: one
+        per distinct bucket config) and ``variants`` (this function's compiled shape variants, which those count
+        in, against ``max_variants``)."""
         values, layout = self.callee.bind(args, kwargs)
         full = values + self.callee.read_state() if self.callee.state else values
         try:
@@ -614,7 +645,9 @@ class CompiledFunction:
                 "source": entry.source, "reason": entry.reason, "implementation_hash": entry.hash,
                 "source_path": None if entry.path is None else str(entry.path)}
         if entry.family is not None:
-            what.update(family=entry.family, bucket=entry.bucket)
+            family = next((f for f in self._families.values() if f is not None and f.key == entry.family), None)
+            what.update(family=entry.family, bucket=entry.bucket,
+                        family_kernels=None if family is None else len(family.kernels), variants=self.variants)
         return what
 
 
@@ -652,7 +685,8 @@ def compile(fn: Callable[..., Any], backend: str = "auto", *, tune: bool | str =
 
     ``db``: a database URL or an open database (default: ``KERNELGEN_DB`` or the per-user SQLite file),
     layered over ``team_db`` (default: ``KERNELGEN_TEAM_DB``). ``tune="auto"`` tunes each new signature
-    that has no record on first call, within ``trials`` / ``seconds`` (default 60 s). Calls accept
+    that has no record on first call, within ``trials`` / ``seconds`` (default 60 s); a shape family is
+    tuned once per size bucket instead, on its generic kernels at the bucket's size. Calls accept
     ``out=`` (a preallocated output, or a sequence of them in the result's flattened order) and raise
     ``InputMismatchError`` for inputs that cannot run (wrong count, dtype, device, or shapes the function
     rejects). A graph kernelgen cannot run exactly as eager runs eagerly (the reason is logged once).
@@ -660,8 +694,9 @@ def compile(fn: Callable[..., Any], backend: str = "auto", *, tune: bool | str =
     ``dynamic``: which batch dims vary at run time, so one generic kernel serves every size (no compile at
     a new size): None (default) makes dim 0 dynamic once a second size is seen, True from the first call,
     False never, ``{"x": [0]}`` for named arguments (see ``kernelgen.frontend.dynamic``). ``max_variants``
-    caps the shape variants compiled (default ``KERNELGEN_MAX_VARIANTS`` or 8); past it, new shapes run
-    eagerly with a warning logged once.
+    caps the shape variants compiled (default ``KERNELGEN_MAX_VARIANTS`` or 8): static kernels and each kernel
+    a shape family builds (one per distinct bucket choice); past it, new shapes run eagerly and a family's
+    new buckets run a kernel it has, with a warning logged once.
 
     ``partition``: a function no single template covers (a whole model, an op kernelgen does not lower) runs
     through ``torch.compile`` with the kernelgen backend: Dynamo, AOTAutograd, the partitioner, kernelgen

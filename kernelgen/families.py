@@ -1,16 +1,21 @@
-"""A shape family at run time: one traced graph, generic kernels, and a config per size bucket.
+"""A shape family at run time: one traced graph, generic kernels, and an (implementation, config) per size bucket.
 
-``Family.create`` traces the function once at a sentinel batch size (``kernelgen.frontend.dynamic``),
-matches a template and checks that it renders a shape-generic kernel. ``Family.at(n)`` then serves batch
-size ``n`` with no trace and no tuning: the config is the tuning database's record for the exact size,
-else for the size's bucket (looked up once per bucket), else the template's default for the bucket; a
-kernel is built (and checked in a worker) once per distinct config, never per size.
+``Family.create`` traces the function once at a sentinel batch size (``kernelgen.frontend.dynamic``) and
+keeps every implementation of it that serves any batch size with one built kernel (``shape_generic``: the
+generated templates that take the size as an argument, and ATen's GEMM with a generic epilogue, in
+``implementations_for``'s order). ``Family.at(n)`` then serves batch size ``n`` with no trace: the
+(implementation, config) is the tuning database's record for the exact size, else the record of the size's
+bucket (looked up once per bucket); with ``tune="auto"`` a bucket with no record is tuned once, at the
+bucket's size, on the family's generic kernels (``kernelgen.tune.bucket``); else a neighbouring bucket's
+record, else the first implementation's default. A kernel is built (and checked in a worker) once per
+distinct (implementation, config), never per size.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,130 +27,152 @@ log = logging.getLogger("kernelgen")
 
 @dataclass(frozen=True)
 class Served:
-    """What one batch size runs: a generic launcher, its config, where the config came from."""
+    """What one batch size runs: a generic launcher, its implementation and config, where the config came from."""
 
     launch: Any
-    impl: str
+    impl: Any  # the generic Implementation
     config: Any
-    source: str  # "db" (exact size), "bucket" (the bucket's record), "default"
+    source: str  # "db" (exact size), "bucket" (the bucket's record), "tuned" (tuned now), "default"
     bucket: int
     outputs: tuple  # ((torch.Size, torch dtype), ...) at this size
+    path: Any = None  # the generated source file of the launcher (explain shows it)
+    capped: bool = False  # the bucket's choice was not built, or not tuned, for the caller's variant cap
 
 
 @dataclass
 class Family:
-    """One generic implementation of a graph family, thread-safe (one lock around first uses)."""
+    """The generic implementations of a graph family, thread-safe (one lock around first uses)."""
 
     key: str  # short hash of the family graph, shown by ``explain()``
     cap: Any  # the Capture at the sentinel size (plan, picks, replay are the same at every size)
     sentinel: int
-    impl: Any  # the TemplateImplementation of the generic graph
+    impls: tuple  # the generic Implementations, the untuned choice first
     target: Any
     lookup: Any  # (graph, impls, target) -> record or None: the dispatcher's database lookup
-    rivals: tuple = ()  # custom calls of the graph: they win sizes by their records, never by default
+    rivals: tuple = ()  # implementations of the graph that are not generic: they win sizes by their records only
     known: frozenset | None = None  # workload keys of this graph with records here (None: ask each time)
-    kernels: dict = field(default_factory=dict)  # config key -> launcher
-    sources: dict = field(default_factory=dict)  # config key -> the generated source file (explain shows it)
-    configs: dict = field(default_factory=dict)  # bucket -> (config, source)
+    # (static graph at a bucket's size, generic impls, bucket) -> record or None: tune="auto" for one bucket
+    tuner: Callable[[Any, tuple, int], Any] | None = None
+    kernels: dict = field(default_factory=dict)  # (implementation, config key) -> launcher
+    sources: dict = field(default_factory=dict)  # (implementation, config key) -> the generated source file
+    configs: dict = field(default_factory=dict)  # bucket -> (implementation, config, source)
     lock: Any = field(default_factory=threading.Lock)
 
     @classmethod
-    def create(cls, cap: Any, sentinel: int, backend: Any, lookup: Any) -> "Family | None":
-        """The family of ``cap.graph`` (marked shape-generic), or None when no template renders a generic
-        kernel for it (the caller compiles per size)."""
-        from kernelgen.implementation import TemplateImplementation, implementations_for
+    def create(cls, cap: Any, sentinel: int, backend: Any, lookup: Any, tuner: Any = None) -> "Family | None":
+        """The family of ``cap.graph`` (marked shape-generic), or None when no implementation serves every
+        batch size of it with one kernel (the caller compiles per size)."""
+        from kernelgen.implementation import implementations_for
 
-        impls = [i for i in implementations_for(cap.graph, backend.name) if isinstance(i, TemplateImplementation)]
+        target = backend.target()
+        impls = tuple(i for i in implementations_for(cap.graph, backend.name) if i.shape_generic(target))
         if not impls:
             return None
-        # Registered custom calls of the graph compete per size: where the database says one of them wins
-        # at a size (or its bucket), ``at`` declines and the dispatcher runs that size's winner.
+        # The graph's other implementations (registered custom calls, a template that bakes the size in)
+        # compete per size: where the database says one of them wins at a size (or its bucket), ``at``
+        # declines and the dispatcher runs that size's winner.
         static = substitute(cap.graph, sentinel, sentinel)
-        rivals = tuple(i for i in implementations_for(static, backend.name) if not isinstance(i, TemplateImplementation))
-        impl, target = impls[0], backend.target()
-        try:
-            source = impl.render(impl.default_config(target), target)
-        except (ValueError, Exception):  # noqa: BLE001 - a renderer bug on this graph: compile per size instead
-            return None
-        if "dynamic" not in source.meta:  # this template bakes the batch size in on this backend
-            return None
-        return cls(cap.graph.workload_key[:12], cap, sentinel, impl, target, lookup, rivals=rivals)
+        names = {i.name for i in impls}
+        rivals = tuple(i for i in implementations_for(static, backend.name) if i.name not in names)
+        return cls(cap.graph.workload_key[:12], cap, sentinel, impls, target, lookup, rivals=rivals, tuner=tuner)
 
-    def _record(self, n: int) -> Any:
-        """The database's record of the graph at size ``n``, asked only when the family's first look at the
-        database saw one (so a new size with no record costs no query)."""
+    @property
+    def impl(self) -> Any:
+        """The untuned choice: the implementation whose default runs where no record says otherwise."""
+        return self.impls[0]
+
+    def _by_name(self, name: str) -> Any:
+        return next((i for i in self.impls if i.name == name), None)
+
+    def _record(self, n: int) -> tuple[Any, Any] | None:
+        """``(implementation, config)`` of the database's record of the graph at size ``n``, asked only when
+        the family's first look at the database saw one (so a new size with no record costs no query)."""
         graph = self.static_graph(n)
         if self.known is not None and graph.workload_key not in self.known:
             return None
-        record = self.lookup(graph, [self.impl], self.target)
-        return record if record is not None and self.impl.space(self.target).is_valid(record.config) else None
+        return self._usable(self.lookup(graph, list(self.impls), self.target))
+
+    def _usable(self, record: Any) -> tuple[Any, Any] | None:
+        impl = None if record is None else self._by_name(record.implementation)
+        if impl is None or not impl.space(self.target).is_valid(record.config):
+            return None
+        return impl, record.config
 
     def static_graph(self, n: int) -> Any:
         """The graph at batch size ``n``: the one ``kernelgen tune`` records under at that size."""
         return substitute(self.cap.graph, self.sentinel, n)
 
-    def config_for(self, n: int) -> tuple[Any, str]:
-        """The config for size ``n``: exact record, else the bucket's record, else the bucket's default."""
+    def config_for(self, n: int, may_tune: bool = True) -> tuple[Any, Any, str]:
+        """``(implementation, config, source)`` for size ``n``: the exact record, else the bucket's record, else
+        (with a tuner and ``may_tune``) the bucket tuned now, else a neighbouring bucket's record, else the
+        first implementation's default."""
         exact = self._record(n)
         if exact is not None:
-            return exact.config, "db"
+            return (*exact, "db")
         b = bucket(n)
         with self.lock:
             hit = self.configs.get(b)
         if hit is not None:
             return hit
-        # the bucket's record, else a neighbouring bucket's (the nearest tuned size, one bucket away)
-        record = next((r for r in (self._record(s) for s in neighbour_buckets(b) if s != n) if r is not None), None)
-        if record is not None:
-            hit = (record.config, "bucket")
-        else:  # no record: a kernel already built serves (a default is not worth a compile at a new size)
+        found = self._record(b) if b != n else None
+        source = "bucket"
+        if found is None and self.tuner is not None:
+            if may_tune:
+                found, source = self._tune(b), "tuned"
+            else:
+                self._untuned.add(b)
+        if found is None:  # the nearest tuned size, one bucket away
+            found = next((r for r in (self._record(s) for s in neighbour_buckets(b)[1:]) if r is not None), None)
+            source = "bucket"
+        if found is None:  # no record: a kernel already built serves (a default is not worth a compile at a new size)
             with self.lock:
-                built = next(iter(self._configs_by_key.values()), None)
-            hit = (built if built is not None else self._bucket_default(b), "default")
+                built = next(iter(self._chosen.values()), None)
+            found, source = built or (self.impl, self._bucket_default(self.impl, b)), "default"
+        with self.lock:  # later sizes of the bucket: its record, no tuning, no lookup
+            self.configs[b] = (*found, "bucket" if source == "tuned" else source)
+        return (*found, source)
+
+    def _tune(self, b: int) -> tuple[Any, Any] | None:
+        """Tune the family's generic implementations at the bucket's size; the winner, or None."""
+        graph = self.static_graph(b)
+        found = self._usable(self.tuner(graph, self.impls, b))  # type: ignore[misc]
+        if found is not None and self.known is not None:
+            self.known = self.known | {graph.workload_key}
+        return found
+
+    def _bucket_default(self, impl: Any, b: int) -> Any:
+        """``impl``'s default config for the bucket's size, when its generic kernel accepts it."""
+        from kernelgen.tune.bucket import BucketMember
+
+        return BucketMember(impl, self.static_graph(b)).default_config(self.target)
+
+    def launcher(self, impl: Any, config: Any, may_build: bool) -> tuple[Any, Any, Any] | None:
+        """``(implementation, config, launcher)`` for ``config`` of ``impl``, built and checked once; when
+        ``may_build`` is False or every candidate fails its check, the family's first built kernel (None when
+        there is none yet). The candidates after the choice: each implementation's default, in rank order."""
+        from kernelgen.tune.checked import build_checked, candidates_after
+
         with self.lock:
-            self.configs[b] = hit
-        return hit
-
-    def _bucket_default(self, b: int) -> Any:
-        """The template's default config for the bucket's size, when the generic kernel accepts it."""
-        from kernelgen.implementation import TemplateImplementation
-
-        space = self.impl.space(self.target)
-        try:
-            graph = self.static_graph(b)
-            problem = self.impl.template.match(graph)
-            if problem is not None:
-                config = TemplateImplementation(self.impl.template, problem, self.impl.backend).default_config(self.target)
-                if space.is_valid(config):
-                    return config
-        except Exception:  # noqa: BLE001 - a default is only a preference
-            pass
-        return space.default()
-
-    def launcher(self, config: Any, may_build: bool) -> tuple[Any, Any] | None:
-        """``(config, launcher)`` for ``config``, built and checked once; when ``may_build`` is False or the
-        config fails its check, the family's first built kernel (None when there is none yet)."""
-        from kernelgen.tune.checked import build_checked
-
-        with self.lock:
-            built = self.kernels.get(config.key())
+            key = (impl.name, config.key())
+            built = self.kernels.get(key)
             if built is not None:
-                return config, built
+                return impl, config, built
             if not may_build and self.kernels:
                 key, built = next(iter(self.kernels.items()))
-                return self._configs_by_key[key], built
-            picked = build_checked([(self.impl, config), (self.impl, self.impl.default_config(self.target))],
-                                   self.target)
+                return (*self._chosen[key], built)
+            picked = build_checked(candidates_after((impl, config), self.impls, self.target), self.target)
             if picked is None:
                 return None
             launch = getattr(picked.launcher, "launch", picked.launcher)
-            self.kernels[picked.config.key()] = launch
-            self.sources[picked.config.key()] = getattr(picked.launcher, "source_file", None)
-            self._configs_by_key[picked.config.key()] = picked.config
-            return picked.config, launch
+            key = (picked.impl.name, picked.config.key())
+            self.kernels[key] = launch
+            self.sources[key] = getattr(picked.launcher, "source_file", None)
+            self._chosen[key] = (picked.impl, picked.config)
+            return picked.impl, picked.config, launch
 
     def __post_init__(self) -> None:
-        self._configs_by_key: dict = {}
+        self._chosen: dict = {}  # (implementation, config key) -> (implementation, config) of each built kernel
+        self._untuned: set[int] = set()  # buckets left untuned for the caller's variant cap
         import torch
 
         self._outputs = [(spec.shape[:1] == (self.sentinel,), spec.shape, getattr(torch, spec.dtype))
@@ -157,31 +184,36 @@ class Family:
         return tuple((torch.Size((n, *shape[1:]) if dyn else shape), dtype) for dyn, shape, dtype in self._outputs)
 
     def rival_wins(self, n: int) -> bool:
-        """Whether the database's best record for size ``n`` (else its bucket) is a custom call's."""
+        """Whether the database's best record for size ``n`` (else its bucket) is a rival's."""
         if not self.rivals:
             return False
+        names = {i.name for i in self.impls}
         for size in dict.fromkeys((n, bucket(n))):
             graph = self.static_graph(size)
             if self.known is not None and graph.workload_key not in self.known:
                 continue
-            record = self.lookup(graph, [self.impl, *self.rivals], self.target)
+            record = self.lookup(graph, [*self.impls, *self.rivals], self.target)
             if record is not None:
-                return record.implementation != self.impl.name
+                return record.implementation not in names
         return False
 
     def at(self, n: int, may_build: bool = True) -> Served | None:
-        """What batch size ``n`` runs (None: no config of this family passed its check here, or a custom
-        call's record wins this size: the caller dispatches it per shape)."""
+        """What batch size ``n`` runs (None: no kernel of this family passed its check here, or a rival's
+        record wins this size: the caller dispatches it per shape). ``may_build`` False (the caller's cap on
+        compiled variants is reached): no tuning and no new kernel, a kernel the family built serves."""
         if self.rival_wins(n):
             return None
-        config, source = self.config_for(n)
-        got = self.launcher(config, may_build)
+        impl, config, source = self.config_for(n, may_tune=may_build or not self.kernels)
+        got = self.launcher(impl, config, may_build or not self.kernels)
         if got is None:
             return None
-        used, launch = got
-        if used != config:
+        used_impl, used, launch = got
+        substituted = used != config or used_impl is not impl
+        if substituted:
             source = "default"
-        return Served(launch, self.impl.name, used, source, bucket(n), self.outputs(n))
+        capped = not may_build and (substituted or bucket(n) in self._untuned)
+        return Served(launch, used_impl, used, source, bucket(n), self.outputs(n),
+                      self.sources.get((used_impl.name, used.key())), capped)
 
 
 __all__ = ["Family", "Served"]

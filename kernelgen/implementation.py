@@ -56,6 +56,12 @@ class Implementation(ABC):
     def note_verdict(self, config: Config, verdict: Any) -> None:
         """Told the outcome of each first check of ``config`` (a ``kernelgen.tune.checked.Verdict``)."""
 
+    def shape_generic(self, target: Target) -> bool:
+        """Whether one built kernel of this implementation serves every batch size of its graph (a graph with
+        ``graph.dynamic`` set, ``kernelgen.frontend.dynamic``), reading the size from its inputs at each call:
+        what makes it a member of a shape family. False unless an implementation says so."""
+        return False
+
 
 class TemplateImplementation(Implementation):
     """A template family applied to the problem it matched."""
@@ -80,6 +86,16 @@ class TemplateImplementation(Implementation):
         from kernelgen.backends import get_backend
 
         return get_backend(self.backend).compile(self.render(config, target))
+
+    def shape_generic(self, target: Target) -> bool:
+        """True when the template renders the batch size as a kernel argument on this backend (its source
+        says so in ``meta["dynamic"]``); a template that bakes it in, or fails to render, is not generic."""
+        if not self.graph.dynamic:
+            return False
+        try:
+            return "dynamic" in self.render(self.default_config(target), target).meta
+        except Exception:  # noqa: BLE001 - a renderer bug on this graph: the caller compiles per size instead
+            return False
 
     def __repr__(self) -> str:
         return f"TemplateImplementation({self.name!r}, backend={self.backend!r})"

@@ -63,3 +63,23 @@ def test_one_generic_triton_kernel_serves_every_batch_size(case):
             families.add(what["family"])
     assert len(families) == 1
     assert f.variants <= 2  # the family, and size 1's own kernel
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_vendor_gemm_family_on_triton(dtype):
+    """Off the C++ backend ATen's GEMM ranks first: one family runs it (ATen's matmul and a generic Triton
+    epilogue) at every batch size."""
+    dt = getattr(torch, dtype)
+    f = compile(linear_relu, backend="triton", dynamic=True)
+    g = torch.Generator().manual_seed(0)
+    w, b = _t(8, 16, g=g).to(dt), _t(8, g=g).to(dt)
+    families = set()
+    for n in (2, 3, 7, 40, 1, 0):
+        x = _t(n, 16, g=g).to(dt)
+        torch.testing.assert_close(f(x, w, b), linear_relu(x, w, b))
+        if n >= 2:
+            what = f.explain(x, w, b)
+            assert (what["implementation"], what["bucket"]) == ("aten_gemm", bucket(n))
+            families.add(what["family"])
+    assert len(families) == 1
+    assert f.variants <= 2

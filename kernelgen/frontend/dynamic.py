@@ -18,6 +18,8 @@ a function whose graph is not the same at every batch size is compiled per size.
 Buckets: a size ``n`` falls in bucket ``bucket(n)``, the smallest power of two >= n. A bucket's tuned
 config is the record of the graph at the bucket's size (its representative), so records keep the plain
 workload key of a static graph and need no schema change; a record of the exact size wins over it.
+``kernelgen tune`` writes them for a manifest size range, ``tune="auto"`` for the first size of a bucket
+(``kernelgen.tune.bucket``, measuring the family's generic kernel at the representative size).
 """
 
 from __future__ import annotations
@@ -71,11 +73,11 @@ def parse(dynamic: Any, param_names: Sequence[str]) -> Any:
 
 
 def eligible(t: Any) -> bool:
-    """Whether tensor ``t``'s dim 0 can be a run-time size: >= 2 and outermost in memory."""
+    """Whether tensor ``t``'s (or a ``TensorSpec``'s) dim 0 can be a run-time size: >= 2 and outermost in memory."""
     shape = t.shape
     if len(shape) == 0 or shape[0] < 2:
         return False
-    strides = t.stride()
+    strides = t.effective_strides() if hasattr(t, "effective_strides") else t.stride()
     return all(strides[0] >= strides[d] * shape[d] for d in range(1, len(shape)))
 
 
@@ -122,12 +124,13 @@ def sentinel_for(values: Sequence[Any]) -> int:
 
 
 def sized_specs(values: Sequence[Any], dims: Sequence[int], size: int) -> list[Any]:
-    """The call values with each dynamic tensor replaced by the ``TensorSpec`` of it at batch size ``size``."""
+    """The call values (tensors or ``TensorSpec``s) with each dynamic one replaced by its ``TensorSpec`` at
+    batch size ``size``."""
     from kernelgen.values import TensorSpec
 
     out = list(values)
     for i in dims:
-        spec = TensorSpec.of(values[i])
+        spec = values[i] if isinstance(values[i], TensorSpec) else TensorSpec.of(values[i])
         out[i] = TensorSpec((size, *spec.shape[1:]), spec.dtype, spec.effective_strides())
     return out
 

@@ -7,6 +7,11 @@ with the matmul replaced by an input, rendered by the pointwise template for the
 matmul is eager's own kernel and its result is stored in the graph's dtype before the epilogue reads it,
 the numerics are eager's: float16/bfloat16 products are rounded once, as eager rounds them.
 
+Shape families (``kernelgen.families``): on a shape-generic graph (``graph.dynamic`` set) the matmul reads
+its sizes from the tensors it is given, the scratch buffer grows to the largest batch seen, and the epilogue
+is the pointwise template's generic kernel (the batch size ``n0`` an argument), so one built implementation
+serves every batch size with no compile (``shape_generic``).
+
 Untuned, dispatch runs the first implementation's default (``kernelgen.implementation.implementations_for``
 puts this one first): eager's kernel is never much slower than eager, while an untuned generated GEMM can
 be (milliseconds at M=16). The generated GEMM runs only once tuning declares it faster.
@@ -24,6 +29,7 @@ from kernelgen.ir import Graph, Node
 from kernelgen.space import Constraint, Param, SearchSpace
 from kernelgen.target import Target
 from kernelgen.templates.gemm import GemmProblem
+from kernelgen.templates.indexing import dynamic_source
 from kernelgen.templates.pointwise import TEMPLATE as POINTWISE
 from kernelgen.values import Config, TensorSpec
 
@@ -43,9 +49,15 @@ def view_steps(graph: Graph, node_id: int) -> tuple[int, tuple[tuple[str, tuple[
     return node.attr("index"), tuple(reversed(steps))
 
 
-def apply_view(tensor: Any, steps: tuple[tuple[str, tuple[int, ...]], ...]) -> Any:
+def apply_view(tensor: Any, steps: tuple[tuple[str, tuple[int, ...]], ...], batch: int = 0) -> Any:
+    """``tensor`` seen through ``steps``; in a shape-generic graph (``batch``: its sentinel size) a reshape to
+    dim 0 of size ``batch`` keeps the run-time batch size of the tensor instead (the family check guarantees
+    the sentinel is only ever a dim 0, the batch's)."""
     for op, shape in steps:
-        tensor = tensor.transpose(-2, -1) if op == "transpose" else tensor.reshape(shape)
+        if op == "transpose":
+            tensor = tensor.transpose(-2, -1)
+        else:
+            tensor = tensor.reshape((tensor.shape[0], *shape[1:]) if batch and shape[:1] == (batch,) else shape)
     return tensor
 
 
@@ -70,7 +82,7 @@ def epilogue_graph(graph: Graph, result: int) -> tuple[Graph, tuple[int, ...]] |
             remap[i] = len(nodes)
             nodes.append(Node(node.op, tuple(remap[j] for j in node.inputs), node.attrs, node.spec))
     args = tuple(graph.nodes[i].attr("index") for i in used)
-    return Graph(tuple(nodes), (remap[out],)), args
+    return Graph(tuple(nodes), (remap[out],), graph.dynamic), args  # a generic graph's epilogue is generic
 
 
 @dataclass(frozen=True)
@@ -179,6 +191,12 @@ class VendorGemmImplementation(Implementation):
         spec = self.graph.nodes[plan.result].spec
         return VendorLauncher(self, plan, epilogue, spec)
 
+    def shape_generic(self, target: Target) -> bool:
+        """On a shape-generic graph: ATen's matmul takes any size, so this is generic when every epilogue is
+        (or there is none)."""
+        return bool(self.graph.dynamic) and all(plan.epilogue is None or plan.epilogue.shape_generic(target)
+                                                for plan in self._plans.values())
+
     def __repr__(self) -> str:
         return f"VendorGemmImplementation(backend={self.backend!r})"
 
@@ -200,26 +218,33 @@ class VendorLauncher:
         self._dtype = getattr(torch, spec.dtype)
         self._scratch = threading.local()
         self.source_file = getattr(epilogue, "source_file", None)
+        # a shape-generic graph: the sentinel batch size, and the input whose dim 0 is the run-time batch size
+        # when the matmul result has it (the scratch buffer then has that many rows)
+        self._batch = impl.graph.dynamic
+        self._rows_from = dynamic_source(impl.graph, spec.shape)
 
-    def _buffer(self, device: Any) -> Any:
+    def _buffer(self, device: Any, tensors: tuple) -> Any:
+        rows = None if self._rows_from is None else tensors[self._rows_from].shape[0]
         buf = getattr(self._scratch, "buf", None)
-        if buf is None or buf.device != device:
-            buf = self._torch.empty(self._shape, dtype=self._dtype, device=device)
+        if buf is None or buf.device != device or (rows is not None and buf.shape[0] < rows):
+            # a generic launcher's buffer grows to the next power of two, so a sweep of sizes allocates log2 times
+            shape = self._shape if rows is None else (1 << max(0, rows - 1).bit_length(), *self._shape[1:])
+            buf = self._torch.empty(shape, dtype=self._dtype, device=device)
             self._scratch.buf = buf
-        return buf
+        return buf if rows is None else buf[:rows]  # dim 0 outermost: a contiguous view
 
     def __call__(self, *tensors: Any) -> None:
         torch = self._torch
         out = tensors[-1]
-        a = apply_view(tensors[self._a[0]], self._a[1])
-        b = apply_view(tensors[self._b[0]], self._b[1])
-        dst = out if self._epilogue is None else self._buffer(a.device)
+        a = apply_view(tensors[self._a[0]], self._a[1], self._batch)
+        b = apply_view(tensors[self._b[0]], self._b[1], self._batch)
+        dst = out if self._epilogue is None else self._buffer(a.device, tensors)
         if b.dim() == 2 and a.dim() > 2:  # a weight shared by a batch: one 2-d GEMM, as eager's matmul folds it
             a, result = a.reshape(-1, a.shape[-1]), dst.view(-1, dst.shape[-1])
         else:
             result = dst
         if self._bias is not None:
-            bias = apply_view(tensors[self._bias[0]], self._bias[1]).reshape(-1)
+            bias = apply_view(tensors[self._bias[0]], self._bias[1], self._batch).reshape(-1)
             torch.addmm(bias, a, b, out=result)
         elif a.dim() == 2 and b.dim() == 2:
             torch.mm(a, b, out=result)

@@ -13,7 +13,8 @@ function (tracing fails), ops no template supports, impossible budgets. Format::
     inputs = [{shape = [512, 1024], dtype = "float32"}, {shape = [1024], dtype = "float32"}]
     # or several problem sizes:  shapes = [[{...}, {...}], [{...}, {...}]]
     # or a size range: name sizes, use the names in shapes; a range tunes one size per power-of-two bucket
-    # (at most 12, spread over the range), the dispatch table a shape family picks from at run time:
+    # (at most 12, spread over the range), the dispatch table a shape family picks from at run time (a range
+    # that is dim 0 of inputs, a batch size, tunes the family's generic kernels, the ones dispatch runs):
     #   sizes = {rows = {min = 1, max = 65536}, hidden = 1024}
     #   inputs = [{shape = ["rows", "hidden"], dtype = "float32"}, {shape = ["hidden"], dtype = "float32"}]
     # optional: backend = "cpp", trials = 50, seconds = 120, sampler = "tpe", patience = 20, template = "pointwise"
@@ -58,6 +59,9 @@ class Workload:
     sampler: str | None = None
     patience: int | None = None
     template: str | None = None
+    # A size range that is the batch (dim 0) of its inputs: the shape-generic graph whose kernels dispatch runs
+    # at every size of a bucket, so each representative size tunes those (``kernelgen.tune.bucket``).
+    family: Graph | None = None
 
 
 def load_manifest(path: str | os.PathLike) -> list[Workload]:
@@ -150,7 +154,25 @@ def _workload(entry: dict[str, Any], where: str) -> Workload:
     return Workload(name=name, function=entry["function"], fn=fn, signatures=tuple(signatures), graphs=tuple(graphs),
                     backend=backend, trials=options["trials"],
                     seconds=None if options["seconds"] is None else float(options["seconds"]),
-                    sampler=sampler, patience=options["patience"], template=template)
+                    sampler=sampler, patience=options["patience"], template=template,
+                    family=_range_family(fn, entry, signatures))
+
+
+def _range_family(fn: Callable[..., Any], entry: dict[str, Any],
+                  signatures: list[tuple[TensorSpec, ...]]) -> Graph | None:
+    """The shape-generic graph of a workload whose size range is dim 0 of its ``inputs`` and no other dim
+    (a batch size, as a shape family's); None otherwise (each representative size is tuned as a static graph)."""
+    from kernelgen.tune.bucket import range_family
+
+    table, inputs = entry.get("sizes"), entry.get("inputs")
+    ranged = [name for name, value in table.items() if isinstance(value, dict)] if isinstance(table, dict) else []
+    if len(ranged) != 1 or not isinstance(inputs, list):
+        return None
+    shapes = [spec.get("shape") or [] for spec in inputs]
+    dims = tuple(i for i, shape in enumerate(shapes) if shape[:1] == ranged)
+    if any(ranged[0] in shape[1:] for shape in shapes):
+        return None
+    return range_family(fn, signatures[-1], dims)
 
 
 def _function(spec: Any, where: str) -> Callable[..., Any]:
@@ -278,10 +300,15 @@ def _check_implementable(graph: Graph, backend: str, template: str | None, where
 
 
 def workload_implementations(workload: Workload, graph: Graph) -> list[Any]:
-    """The implementations to tune for one of the workload's graphs (just the template override, if set)."""
+    """The implementations to tune for one of the workload's graphs (just the template override, if set); at
+    the representative sizes of a batch-size range, the generic kernels a shape family runs there."""
     from kernelgen.tune.tuner import candidate_implementations
 
     impls = candidate_implementations(graph, workload.backend)
+    if workload.family is not None:
+        from kernelgen.tune.bucket import range_implementations
+
+        impls = range_implementations(workload.family, graph, impls, workload.backend)
     return [i for i in impls if workload.template is None or i.name == workload.template]
 
 

@@ -2,7 +2,8 @@
 
 The worker rebuilds the implementation from (graph JSON, implementation name, backend) with
 ``kernelgen.implementation.resolve`` (or, for implementations that set ``worker_factory =
-"module:callable"``, by calling that with ``(graph, backend)``), then builds and measures configs on
+"module:callable"``, by calling that with ``(graph, backend, **worker_args)``, ``worker_args`` an optional
+JSON-able dict on the implementation), then builds and measures configs on
 request. The parent enforces a timeout per request: a worker that dies (even from a segfault) gives a
 ``runtime_error`` measurement, one that hangs is killed and gives ``timeout``; either way a fresh worker
 replaces it and the tuning run goes on.
@@ -38,6 +39,7 @@ from kernelgen.values import Config, Measurement, Status, TimeStats
 
 log = logging.getLogger(__name__)
 WORKER_FACTORY_ATTR = "worker_factory"  # optional "module:callable" on an Implementation, see module docstring
+WORKER_ARGS_ATTR = "worker_args"  # optional keyword arguments (JSON) the factory is called with
 SETUP_TIMEOUT = 180.0  # importing torch and computing the reference; generous on a loaded machine
 BUILD_TIMEOUT = 600.0  # compiling one config, when no timeout is given
 
@@ -183,9 +185,14 @@ def _shutdown_pool() -> None:
 
 
 def implementation_spec(impl: Any) -> dict[str, Any]:
-    """What a worker needs to rebuild ``impl``: its name, backend, optional factory and source hash."""
-    return {"implementation": impl.name, "backend": impl.backend, "factory": getattr(impl, WORKER_FACTORY_ATTR, None),
+    """What a worker needs to rebuild ``impl``: its name, backend, optional factory (and its arguments) and
+    source hash."""
+    spec = {"implementation": impl.name, "backend": impl.backend, "factory": getattr(impl, WORKER_FACTORY_ATTR, None),
             "source_hash": impl.source_hash()}
+    args = getattr(impl, WORKER_ARGS_ATTR, None)
+    if args:
+        spec["factory_args"] = args
+    return spec
 
 
 class IsolatedMeasurer:
@@ -355,11 +362,12 @@ class InProcessMeasurer:
 
 # ------------------------------------------------------------------------------------------ worker side
 
-def rebuild_implementation(graph: Graph, name: str, backend: str, factory: str | None) -> Any:
+def rebuild_implementation(graph: Graph, name: str, backend: str, factory: str | None,
+                           factory_args: dict[str, Any] | None = None) -> Any:
     """The implementation a setup request names: through its factory when given, else ``resolve``."""
     if factory:
         module_name, _, attr = factory.partition(":")
-        return getattr(importlib.import_module(module_name), attr)(graph, backend)
+        return getattr(importlib.import_module(module_name), attr)(graph, backend, **(factory_args or {}))
     from kernelgen.implementation import resolve
 
     return resolve(graph, name, backend)
@@ -406,7 +414,8 @@ class _Session:
             policy = TimingPolicy.from_json(request["policy"])
             pin_threads(policy.resolved_threads())
             graph = Graph.from_json(request["graph"])
-            impl = rebuild_implementation(graph, request["implementation"], request["backend"], request.get("factory"))
+            impl = rebuild_implementation(graph, request["implementation"], request["backend"], request.get("factory"),
+                                          request.get("factory_args"))
             expected = request.get("source_hash")
             if expected and impl.source_hash() != expected:  # e.g. a stale registration in a pooled worker
                 raise KernelgenError(f"the worker rebuilt {impl.name} from another source (hash {impl.source_hash()}, "
@@ -449,8 +458,8 @@ def main() -> None:
         channel.flush()
 
 
-__all__ = ["InProcessMeasurer", "IsolatedMeasurer", "WORKER_FACTORY_ATTR", "WorkerDied", "WorkerProcess",
-           "implementation_spec", "rebuild_implementation"]
+__all__ = ["InProcessMeasurer", "IsolatedMeasurer", "WORKER_ARGS_ATTR", "WORKER_FACTORY_ATTR", "WorkerDied",
+           "WorkerProcess", "implementation_spec", "rebuild_implementation"]
 
 
 if __name__ == "__main__":

@@ -1,0 +1,157 @@
+"""Tuning a shape family at one size bucket: its generic kernels measured at the bucket's size, recorded
+under the static graph of that size.
+
+``kernelgen.compile(fn, tune="auto")`` tunes a shape family (``kernelgen.families``) once per size bucket,
+not per size. What runs at every size of a bucket is the family's generic kernel (the batch size a run-time
+argument), so that is what is measured: a ``BucketMember`` builds the generic implementation, while its
+``graph`` is the static graph at the bucket's size (``bucket(n)``, its representative), which draws the
+inputs, computes the eager reference and keys the records. The records are those ``kernelgen tune`` writes
+for a manifest size range (the plain workload key of the static graph, the implementation's own name and
+source hash), so dispatch finds them by bucket and needs no schema of its own. Tuning a static kernel at the
+bucket's size instead would measure another kernel: sizes baked in as constants let the compiler unroll and
+drop the tails the generic kernel keeps, and its best config need not be the generic kernel's.
+
+``kernelgen tune`` does the same for a manifest size range that is the batch (dim 0) of its inputs
+(``range_family``, ``range_implementations``): each representative size tunes the generic kernels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kernelgen.frontend.dynamic import substitute
+from kernelgen.implementation import Implementation, Launcher
+from kernelgen.ir import Graph
+from kernelgen.space import SearchSpace
+from kernelgen.target import Target
+from kernelgen.values import Config
+
+
+class BucketMember(Implementation):
+    """The generic implementation ``generic`` (its graph shape-generic) at one batch size: ``graph`` is the
+    static graph there. Same name and source hash as ``generic``, so its records are that implementation's;
+    the search space is the generic kernel's, with the default the template picks for this size."""
+
+    worker_factory = "kernelgen.tune.bucket:rebuild"  # the worker rebuilds it from ``worker_args``
+
+    def __init__(self, generic: Implementation, graph: Graph) -> None:
+        self.inner = generic
+        self.graph = graph
+        self.name = generic.name
+        self.backend = generic.backend
+        self.worker_args = {"family": generic.graph.to_json(), "implementation": generic.name}
+        self._spaces: dict[str, SearchSpace] = {}
+
+    def source_hash(self) -> str:
+        return self.inner.source_hash()
+
+    def space(self, target: Target) -> SearchSpace:
+        found = self._spaces.get(target.fingerprint)
+        if found is None:
+            space = self.inner.space(target)
+            default = self._sized_default(target, space)
+            found = space if default is None else SearchSpace(space.params, space.constraints, default)
+            self._spaces[target.fingerprint] = found
+        return found
+
+    def _sized_default(self, target: Target, space: SearchSpace) -> Config | None:
+        """The default of the same implementation of the static graph (templates size their defaults, e.g.
+        rows per task, by the problem), when the generic kernel accepts it."""
+        from kernelgen.implementation import implementations_for
+
+        try:
+            static = next((i for i in implementations_for(self.graph, self.backend) if i.name == self.name), None)
+            config = None if static is None else static.default_config(target)
+        except Exception:  # noqa: BLE001 - a default is only a preference
+            return None
+        return config if config is not None and space.is_valid(config) else None
+
+    def build(self, config: Config, target: Target) -> Launcher:
+        return self.inner.build(config, target)
+
+    def tolerance(self, dtype: str) -> tuple[float, float] | None:
+        return self.inner.tolerance(dtype)
+
+    def shape_generic(self, target: Target) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return f"BucketMember({self.inner!r}, batch {self.graph.signature[0].shape[:1]})"
+
+
+def rebuild(graph: Graph, backend: str, family: dict[str, Any], implementation: str) -> BucketMember:
+    """The worker's factory: the member named ``implementation`` of the family graph ``family`` at ``graph``."""
+    from kernelgen.implementation import resolve
+
+    return BucketMember(resolve(Graph.from_json(family), implementation, backend), graph)
+
+
+def members(generic: Sequence[Implementation], graph: Graph) -> list[BucketMember]:
+    """The generic implementations ``generic`` of a family at the static graph ``graph`` (one bucket's size)."""
+    return [BucketMember(impl, graph) for impl in generic]
+
+
+@dataclass(frozen=True)
+class _Traced:
+    graph: Graph  # what ``family_graph`` asks of a trace (it replaces the graph with the marked one)
+
+
+def range_family(fn: Any, specs: Sequence[Any], dims: Sequence[int]) -> Graph | None:
+    """The shape-generic graph of ``fn`` over the ``TensorSpec``s ``specs`` with dim 0 of the inputs ``dims``
+    the run-time batch size (a manifest size range used as the batch), as ``kernelgen.compile`` builds a shape
+    family; None when those dims cannot be a batch size (``eligible``) or the graph is not one family."""
+    from kernelgen.errors import KernelgenError
+    from kernelgen.frontend.dynamic import eligible, family_graph
+    from kernelgen.ir import trace
+
+    specs = list(specs)
+    sizes = {specs[i].shape[0] for i in dims}
+    if not dims or len(sizes) != 1 or not all(eligible(specs[i]) for i in dims):
+        return None
+    try:
+        got = family_graph(lambda values: _Traced(trace(fn, *values)), specs, dims)
+    except KernelgenError:
+        return None
+    return None if got is None else got[0].graph
+
+
+def batch_size(family: Graph, graph: Graph) -> int | None:
+    """The batch size at which ``graph`` is the static graph of the shape-generic ``family``, when it is one a
+    family serves (>= 2: sizes 0 and 1 are specialised); else None."""
+    dynamic = next((i for i, spec in enumerate(family.signature) if spec.shape[:1] == (family.dynamic,)), None)
+    if not family.dynamic or dynamic is None or dynamic >= len(graph.signature) or not graph.signature[dynamic].shape:
+        return None
+    n = graph.signature[dynamic].shape[0]
+    return n if n >= 2 and substitute(family, family.dynamic, n).workload_key == graph.workload_key else None
+
+
+def range_implementations(family: Graph, graph: Graph, impls: Sequence[Implementation],
+                          backend: str) -> list[Implementation]:
+    """What ``kernelgen tune`` tunes at one representative size ``graph`` of a manifest size range: each of
+    ``impls`` that has a generic version in ``family`` becomes that one's ``BucketMember`` (the kernel dispatch
+    runs at every size of the bucket); the others (custom calls, a template that bakes the size in) stay as
+    they are. ``impls`` unchanged at a size the family does not serve (1)."""
+    from kernelgen.backends import get_backend
+    from kernelgen.implementation import implementations_for
+
+    if batch_size(family, graph) is None:
+        return list(impls)
+    target = get_backend(backend).target()
+    generic = {i.name: i for i in implementations_for(family, backend) if i.shape_generic(target)}
+    return [BucketMember(generic[i.name], graph) if i.name in generic else i for i in impls]
+
+
+def tune_bucket(generic: Sequence[Implementation], graph: Graph, *, backend: str, db: Any, trials: int | None,
+                seconds: float | None, name: str | None = None) -> Any:
+    """Tune the family's generic implementations at the static graph ``graph`` (a bucket's size) within the
+    budget; every trial is committed under ``graph``'s workload key. The declared best record, or None."""
+    from kernelgen.tune.tuner import tune_graph
+
+    return tune_graph(graph, backend=backend, db=db, trials=trials, seconds=seconds, name=name,
+                      implementations=members(generic, graph)).best
+
+
+__all__ = ["BucketMember", "batch_size", "members", "range_family", "range_implementations", "rebuild",
+           "tune_bucket"]
