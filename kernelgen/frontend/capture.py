@@ -292,6 +292,9 @@ def _lower(gm: Any, specs: Sequence[TensorSpec], functional: dict[Any, tuple[Any
             first_fx: dict[int, Any] = {}  # IR node -> the fx node that first returned it
             for item in flat:
                 value = env.get(item) if isinstance(item, torch.fx.Node) else item
+                if isinstance(value, tuple):  # torch.max(x, 1), var_mean(...) returned as they are: a namedtuple
+                    raise UnsupportedOpError(f"{item} returns a tuple of tensors as the result; kernelgen keeps "
+                                             "eager's structure only for tensors: index it (`[0]`) or run eagerly")
                 if not isinstance(value, _NodeRef):
                     leaves.append((CONST, value))
                 elif builder.nodes[int(value)].op == "input":

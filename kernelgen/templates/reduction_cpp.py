@@ -22,10 +22,10 @@ import json
 
 from kernelgen.backends.cpp import entry_declaration
 from kernelgen.codegen import cpp_expr
-from kernelgen.ir import Graph
+from kernelgen.ir import INDEX_REDUCTIONS, Graph
 from kernelgen.space import Constraint, Param, SearchSpace
 from kernelgen.target import Target
-from kernelgen.templates.indexing import dynamic_meta, dynamic_source
+from kernelgen.templates.indexing import Load, dynamic_meta, dynamic_source, flat_offset
 from kernelgen.templates.reduction import ReductionProblem
 from kernelgen.values import Config, FrozenMap, Source, TensorSpec
 
@@ -92,6 +92,14 @@ def online_pairs(problem: ReductionProblem) -> dict[int, int]:
     return pairs
 
 
+def row_offset(problem: ReductionProblem, ld: Load, index: str) -> str:
+    """Offset of element ``index`` of a row from the row's start in load ``ld`` (group by group when the
+    reduced dims do not merge into one stride)."""
+    if not problem.grouped:
+        return index if ld.strides[-1] == 1 else f"{index} * {ld.strides[-1]}"
+    return flat_offset(index, problem.row_shape, problem.row_strides[problem.loads.index(ld)])
+
+
 def _element_loads(problem: ReductionProblem) -> list:
     return [ld for ld in problem.loads if problem.kinds[ld.node] == "element"]
 
@@ -104,7 +112,8 @@ def space(problem: ReductionProblem, target: Target) -> SearchSpace:
     l2 = int(target.caches.get("l2", 0) or 0)
     plan = cache_plan(problem, _pass_roots(problem, levels(problem)))
     row_bytes = problem.row_len * sum(_itemsize(problem.graph, i) for stores in plan for i in stores)
-    has_online = bool(online_pairs(problem))
+    has_online = bool(online_pairs(problem)) and not any(problem.graph.nodes[r].op in INDEX_REDUCTIONS
+                                                         for r in problem.reductions)
     params = [Param("rows_per_task", _ROWS), Param("schedule", ("static", "dynamic")),
               Param("online", (False, True) if has_online else (False,)), Param("chunk", _CHUNKS),
               Param("cache_row", (False, True)), Param("prefetch", (False, True))]
@@ -112,7 +121,9 @@ def space(problem: ReductionProblem, target: Target) -> SearchSpace:
                    Constraint("online fusion recomputes values per chunk: it cannot use the row cache",
                               lambda c: not (c["online"] and c["cache_row"])),
                    Constraint("the row cache needs values that a later pass reuses",
-                              lambda c: not c["cache_row"] or row_bytes > 0)]
+                              lambda c: not c["cache_row"] or row_bytes > 0),
+                   Constraint("prefetch streams rows read with one stride",
+                              lambda c: not (c["prefetch"] and problem.grouped))]
     if l2:
         constraints.append(Constraint(f"a cached row ({row_bytes} bytes) fits in half the L2 ({l2 // 2} bytes)",
                                       lambda c: not c["cache_row"] or row_bytes <= l2 // 2))
@@ -127,7 +138,7 @@ def space(problem: ReductionProblem, target: Target) -> SearchSpace:
     # the next row prefetched measured 16.5 ms against 21 ms online (logsumexp [8192, 4096] fp32).
     cache = bool(l2) and 0 < row_bytes <= l2 // 2
     online = has_online and not cache and bool(l2) and _streamed_row_bytes(problem) > l2 // 4
-    prefetch = problem.rows > 1 and _streamed_row_bytes(problem) >= PREFETCH_MIN_ROW_BYTES
+    prefetch = problem.rows > 1 and _streamed_row_bytes(problem) >= PREFETCH_MIN_ROW_BYTES and not problem.grouped
     return SearchSpace(params, constraints, default={"rows_per_task": rows, "schedule": "dynamic",
                                                      "online": online, "chunk": _DEFAULT_CHUNK,
                                                      "cache_row": cache, "prefetch": prefetch})
@@ -208,6 +219,22 @@ def _in_place(problem: ReductionProblem, pass_roots: list[list[int]], plan: list
     return chosen
 
 
+def _red_dtype(graph: Graph, r: int) -> str:
+    """The dtype reduction ``r`` compares or adds in: its input's for argmax/argmin (their result is int64)."""
+    node = graph.nodes[r]
+    return graph.nodes[node.inputs[0]].spec.dtype if node.op in INDEX_REDUCTIONS else node.spec.dtype
+
+
+def _declare(graph: Graph, r: int, indent: str) -> list[str]:
+    """The accumulator(s) of reduction ``r``: ``acc<id>`` (and the extreme value ``acc<id>v`` of argmax/argmin)."""
+    node = graph.nodes[r]
+    if node.op in INDEX_REDUCTIONS:
+        dtype = _red_dtype(graph, r)
+        init = _init("max" if node.op == "argmax" else "min", dtype)
+        return [f"{indent}int64_t acc{r} = 0;", f"{indent}{cpp_expr.compute_type(dtype)} acc{r}v = {init};"]
+    return [f"{indent}{_ctype(graph, r)} acc{r} = {_init(node.op, node.spec.dtype)};"]
+
+
 def _init(op: str, dtype: str) -> str:
     if op == "sum":
         return cpp_expr.literal(0, dtype)
@@ -219,6 +246,10 @@ def _init(op: str, dtype: str) -> str:
 
 def _combine(op: str, dtype: str, acc: str, value: str) -> str:
     ctype = cpp_expr.compute_type(dtype)
+    if op in INDEX_REDUCTIONS:  # value in acc<id>v, index in acc<id>; j rises, so ties keep the first index
+        cmp = ">" if op == "argmax" else "<"
+        nan = f" || (xv != xv && {acc}v == {acc}v)" if cpp_expr.is_float(dtype) else ""  # the first NaN wins
+        return f"{{ const {ctype} xv = {value}; if (xv {cmp} {acc}v{nan}) {{ {acc}v = xv; {acc} = j; }} }}"
     if op == "sum":
         return f"{acc} += ({ctype}){value};"
     cmp = ">" if op == "max" else "<"
@@ -243,8 +274,7 @@ class _Row:
         """Expressions at index ``j`` of element loads and of values cached by earlier passes."""
         env = dict(self.env)
         for ld in _element_loads(self.p):
-            stride = ld.strides[-1]
-            env[ld.node] = cpp_expr.load(ld.dtype, f"p{ld.node}[{'j' if stride == 1 else f'j * {stride}'}]")
+            env[ld.node] = cpp_expr.load(ld.dtype, f"p{ld.node}[{row_offset(self.p, ld, 'j')}]")
         env.update({i: f"cache{i}[j]" for i in self.cached})
         return env
 
@@ -276,6 +306,7 @@ class _Row:
         # the reductions that go through partial accumulators; float max/min always do: their nan-propagating
         # select is not a reduction gcc recognises, but lanes of partials are plain elementwise selects
         laned = list(reductions) if partials else [r for r in reductions if self.g.nodes[r].op != "sum"]
+        laned = [r for r in laned if self.g.nodes[r].op not in INDEX_REDUCTIONS]  # sequential: first index wins
         for r in laned:
             node = self.g.nodes[r]
             self.lines.append(f"{indent}{_ctype(self.g, r)} acc{r}_l[{lanes}];")
@@ -293,7 +324,7 @@ class _Row:
             lo, hi, inner = "b", "be", indent + "  "
 
         def combines(acc: str, reds: list[int]) -> list[str]:
-            return [_combine(self.g.nodes[r].op, self.g.nodes[r].spec.dtype, acc.format(r=r),
+            return [_combine(self.g.nodes[r].op, _red_dtype(self.g, r), acc.format(r=r),
                              env[self.g.nodes[r].inputs[0]]) for r in reds]
 
         if laned and not loads:  # a scope of its own for j0
@@ -304,7 +335,10 @@ class _Row:
             self.lines.append(f"{inner}for (; j0 + {lanes} <= {hi}; j0 += {lanes}) {{")
             self.lines.append(f"{inner}  for (int64_t l = 0; l < {lanes}; ++l) {{")
             self.lines.append(f"{inner}    const int64_t j = j0 + l;")
-            self.lines += [inner + "    " + b for b in body + combines("acc{r}_l[l]", laned) + stores]
+            # the others (a sum beside stores, argmax: first index) fold straight into their accumulators
+            rest = [r for r in reductions if r not in laned]
+            self.lines += [inner + "    " + b for b in body + combines("acc{r}_l[l]", laned) + combines("acc{r}", rest)
+                           + stores]
             self.lines.append(f"{inner}  }}")
             self.lines.append(f"{inner}}}")
             lo = "j0"
@@ -320,8 +354,7 @@ class _Row:
 
     def reduce_pass(self, reds: list[int], store: list[int], prefetch: bool = False) -> None:
         for r in reds:
-            node = self.g.nodes[r]
-            self.lines.append(f"      {_ctype(self.g, r)} acc{r} = {_init(node.op, node.spec.dtype)};")
+            self.lines += _declare(self.g, r, "      ")
         # Partials only in passes that store nothing: beside softmax's row-cache stores, gcc kept them in
         # memory and the exp pass slowed down (19.0 -> 23.3 ms), where the exp hides the adds' latency anyway.
         self.loop([self.g.nodes[r].inputs[0] for r in reds], [], store=store, prefetch=prefetch, reductions=reds,
