@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from kernelgen.errors import KernelgenError
 from kernelgen.ir import ELEMENTWISE_OPS, REDUCTION_OPS, Graph, broadcast_shapes, reduced_dims
 from kernelgen.templates.base import Problem, Template
-from kernelgen.templates.indexing import Load, consumer_loads, is_input_view
+from kernelgen.templates.indexing import Load, consumer_loads, is_input_view, load_for
 
 
 @dataclass(frozen=True)
@@ -79,10 +79,10 @@ class ReductionTemplate(Template):
         dims = reduced_dims(graph.nodes[reductions[0]], len(full))
         if any(reduced_dims(graph.nodes[r], len(full)) != dims for r in reductions):
             return None  # one iteration space per kernel
-        found = consumer_loads(graph, full)
+        kept = tuple(d for d in range(len(full)) if d not in dims)
+        found = _loads(graph, full, kept)
         if found is None:
             return None
-        kept = tuple(d for d in range(len(full)) if d not in dims)
         groups = _groups(full, dims, [ld.strides for ld in found.values()])
         row_shape = tuple(_prod(full[d] for d in g) for g in groups) or (1,)
         row_len = _prod(row_shape)
@@ -118,8 +118,9 @@ class ReductionTemplate(Template):
                     continue
                 kinds.append("element" if any(kinds[j] == "element" for j in node.inputs) else "row")
                 if any(j in dropped for j in node.inputs):  # epilogue of a keepdim=False result: per row only
-                    if node.spec.shape != shape[:-1] or any(j not in dropped and graph.nodes[j].spec.shape != ()
-                                                           for j in node.inputs):
+                    if node.spec.shape != shape[:-1] or any(
+                            j not in dropped and graph.nodes[j].spec.shape != () and kinds[j] != "row"
+                            for j in node.inputs):
                         return None
                     dropped.add(i)
                     continue
@@ -145,6 +146,42 @@ class ReductionTemplate(Template):
         return ReductionProblem(graph=graph, shape=shape, loads=tuple(loads), kinds=tuple(kinds),
                                 reductions=reductions, row_shape=row_shape,
                                 row_strides=tuple(by_node[ld.node] for ld in loads))
+
+
+def _dropped_users(graph: Graph) -> set[int]:
+    """Nodes computed from a reduction's keepdim=False result (reshape to the kept shape): per-row epilogue."""
+    dropped: set[int] = set()
+    for i, node in enumerate(graph.nodes):
+        if node.op == "reshape" and not is_input_view(graph, i) \
+                and len(node.spec.shape) < len(graph.nodes[node.inputs[0]].spec.shape):
+            dropped.add(i)
+        elif node.op in ELEMENTWISE_OPS and any(j in dropped for j in node.inputs):
+            dropped.add(i)
+    return dropped
+
+
+def _loads(graph: Graph, full: tuple[int, ...], kept: tuple[int, ...]) -> dict[int, Load] | None:
+    """Loads over ``full`` of every input view: those read by the per-row epilogue of a keepdim=False result
+    broadcast against the kept shape (``var(x, 0) * weight``), so their strides go to the kept dims."""
+    dropped = _dropped_users(graph)
+    found = consumer_loads(graph, full, skip=frozenset(dropped))
+    if found is None:
+        return None
+    kept_shape = tuple(full[d] for d in kept)
+    for i in dropped:
+        for j in graph.nodes[i].inputs:
+            if not is_input_view(graph, j):
+                continue
+            load = load_for(graph, j, kept_shape)
+            if load is None:
+                return None
+            strides = [0] * len(full)
+            for d, st in zip(kept, load.strides):
+                strides[d] = st
+            load = Load(load.node, load.arg, tuple(strides), load.dtype)
+            if found.setdefault(j, load) != load:  # read both per element and per row: two layouts
+                return None
+    return found
 
 
 def _prod(sizes) -> int:

@@ -25,6 +25,7 @@ from kernelgen.codegen import cpp_expr
 from kernelgen.ir import INDEX_REDUCTIONS, Graph
 from kernelgen.space import Constraint, Param, SearchSpace
 from kernelgen.target import Target
+from kernelgen.templates import reduction_cpp_columns as columns
 from kernelgen.templates.indexing import Load, dynamic_meta, dynamic_source, flat_offset
 from kernelgen.templates.reduction import ReductionProblem
 from kernelgen.values import Config, FrozenMap, Source, TensorSpec
@@ -139,9 +140,23 @@ def space(problem: ReductionProblem, target: Target) -> SearchSpace:
     cache = bool(l2) and 0 < row_bytes <= l2 // 2
     online = has_online and not cache and bool(l2) and _streamed_row_bytes(problem) > l2 // 4
     prefetch = problem.rows > 1 and _streamed_row_bytes(problem) >= PREFETCH_MIN_ROW_BYTES and not problem.grouped
+    # The loop structure: rows (a row per iteration) or columns (a tile of the innermost kept dim through the
+    # reduced index: reduction_cpp_columns), where the row structure would read strided scalars.
+    tile = columns.default_tile(problem, target.cores) if columns.eligible(problem) else columns.TILES[1]
+    params += [Param("layout", ("rows", "columns") if columns.eligible(problem) else ("rows",)),
+               Param("tile", columns.TILES)]
+    constraints += [Constraint("the tile only matters in the column structure",
+                               lambda c: c["layout"] == "columns" or c["tile"] == tile),
+                    Constraint("the column structure has no online fusion, row cache or prefetch",
+                               lambda c: c["layout"] == "rows" or not (c["online"] or c["cache_row"] or c["prefetch"]))]
+    if columns.preferred(problem):
+        return SearchSpace(params, constraints, default={"rows_per_task": rows, "schedule": "dynamic", "online": False,
+                                                         "chunk": _DEFAULT_CHUNK, "cache_row": False,
+                                                         "prefetch": False, "layout": "columns", "tile": tile})
     return SearchSpace(params, constraints, default={"rows_per_task": rows, "schedule": "dynamic",
                                                      "online": online, "chunk": _DEFAULT_CHUNK,
-                                                     "cache_row": cache, "prefetch": prefetch})
+                                                     "cache_row": cache, "prefetch": prefetch, "layout": "rows",
+                                                     "tile": tile})
 
 
 def _streamed_row_bytes(problem: ReductionProblem) -> int:
@@ -244,12 +259,15 @@ def _init(op: str, dtype: str) -> str:
     return cpp_expr.literal("-inf" if op == "max" else "inf", dtype)
 
 
-def _combine(op: str, dtype: str, acc: str, value: str) -> str:
+def _combine(op: str, dtype: str, acc: str, value: str, accv: str | None = None) -> str:
+    """Statement folding ``value`` into accumulator ``acc`` (argmax/argmin: the index, with the extreme value in
+    ``accv``, default ``acc`` + "v", and ``j`` the element's index in the row)."""
     ctype = cpp_expr.compute_type(dtype)
-    if op in INDEX_REDUCTIONS:  # value in acc<id>v, index in acc<id>; j rises, so ties keep the first index
+    if op in INDEX_REDUCTIONS:  # j rises, so ties keep the first index
+        accv = accv or f"{acc}v"
         cmp = ">" if op == "argmax" else "<"
-        nan = f" || (xv != xv && {acc}v == {acc}v)" if cpp_expr.is_float(dtype) else ""  # the first NaN wins
-        return f"{{ const {ctype} xv = {value}; if (xv {cmp} {acc}v{nan}) {{ {acc}v = xv; {acc} = j; }} }}"
+        nan = f" || (xv != xv && {accv} == {accv})" if cpp_expr.is_float(dtype) else ""  # the first NaN wins
+        return f"{{ const {ctype} xv = {value}; if (xv {cmp} {accv}{nan}) {{ {accv} = xv; {acc} = j; }} }}"
     if op == "sum":
         return f"{acc} += ({ctype}){value};"
     cmp = ">" if op == "max" else "<"
@@ -414,10 +432,11 @@ def render(problem: ReductionProblem, config: Config, target: Target) -> Source:
     violations = space(problem, target).violations(config)
     if violations:
         raise ValueError(f"reduction config {dict(config)} is invalid: {'; '.join(violations)}")
+    if config["layout"] == "columns":
+        return _render_columns(problem, config)
     graph = problem.graph
     n, rows, leading = problem.row_len, problem.rows, problem.shape[:-1]
     out_specs = graph.output_specs
-    n_in = len(graph.signature)
     lv = levels(problem)
     pairs = online_pairs(problem) if config["online"] else {}
     for s, m in pairs.items():
@@ -434,15 +453,7 @@ def render(problem: ReductionProblem, config: Config, target: Target) -> Source:
     prefetch_pass = -1 if not config["prefetch"] else (1 if n_passes + bool(element_outs) > 1 else 0)
 
     dyn = dynamic_source(graph, problem.shape)
-    lines = [cpp_expr.PRELUDE, "#include <cstdlib>", "#include <limits>", entry_declaration(ENTRY, dyn is not None)]
-    for a, spec in enumerate(graph.signature):
-        t = cpp_expr.storage_type(spec.dtype)
-        lines.append(f"  const {t}* __restrict in{a} = (const {t}*)ptrs[{a}];")
-    for k, spec in enumerate(out_specs):
-        t = cpp_expr.storage_type(spec.dtype)
-        lines.append(f"  {t}* __restrict out{k} = ({t}*)ptrs[{n_in + k}];")
-    # rows is a C++ value: the literal, or n0 times the static leading dims of a shape-generic kernel
-    lines.append(f"  const int64_t rows = {rows if dyn is None else f'n0 * {rows // graph.dynamic}'};")
+    lines = _prologue(problem, dyn)
     # tiny problems: waking threads costs more
     lines.append(f"  #pragma omp parallel num_threads(num_threads) if(rows > 1 && rows * {n} >= {PARALLEL_MIN})")
     lines.append("  {")
@@ -488,9 +499,49 @@ def render(problem: ReductionProblem, config: Config, target: Target) -> Source:
     lines.append("    }")
     lines += [f"    std::free(cache{i});" for i in buffers]
     lines += ["  }", "}", ""]
-    signature = json.dumps([s.to_json() for s in (*graph.signature, *out_specs)])
+    return _source(problem, lines, dyn)
+
+
+def _prologue(problem: ReductionProblem, dyn: int | None) -> list[str]:
+    """The kernel's head: includes, entry, typed argument pointers and ``rows`` (the kept index count)."""
+    graph = problem.graph
+    n_in = len(graph.signature)
+    lines = [cpp_expr.PRELUDE, "#include <cstdlib>", "#include <limits>", entry_declaration(ENTRY, dyn is not None)]
+    for a, spec in enumerate(graph.signature):
+        t = cpp_expr.storage_type(spec.dtype)
+        lines.append(f"  const {t}* __restrict in{a} = (const {t}*)ptrs[{a}];")
+    for k, spec in enumerate(graph.output_specs):
+        t = cpp_expr.storage_type(spec.dtype)
+        lines.append(f"  {t}* __restrict out{k} = ({t}*)ptrs[{n_in + k}];")
+    # rows is a C++ value: the literal, or n0 times the static leading dims of a shape-generic kernel
+    rows = problem.rows
+    lines.append(f"  const int64_t rows = {rows if dyn is None else f'n0 * {rows // graph.dynamic}'};")
+    return lines
+
+
+def _source(problem: ReductionProblem, lines: list[str], dyn: int | None) -> Source:
+    graph = problem.graph
+    signature = json.dumps([s.to_json() for s in (*graph.signature, *graph.output_specs)])
     return Source("cpp", "\n".join(lines), ENTRY, meta=FrozenMap(signature=signature, template="reduction",
                                                               **dynamic_meta(graph, dyn)))
+
+
+def _render_columns(problem: ReductionProblem, config: Config) -> Source:
+    """The column structure (``reduction_cpp_columns``): tasks of (outer kept index, tile of columns)."""
+    dyn = dynamic_source(problem.graph, problem.shape)
+    tile, ncol = int(config["tile"]), problem.shape[-2]
+    lines = _prologue(problem, dyn)
+    lines.append(f"  const int64_t ntiles = {-(-ncol // tile)};")
+    lines.append(f"  const int64_t tasks = rows / {ncol} * ntiles;")
+    lines.append(f"  #pragma omp parallel for num_threads(num_threads) schedule(static) "
+                 f"if(tasks > 1 && rows * {problem.row_len} >= {PARALLEL_MIN})")
+    lines.append("  for (int64_t t = 0; t < tasks; ++t) {")
+    lines.append("    const int64_t o = t / ntiles;")
+    lines.append(f"    const int64_t c0 = (t % ntiles) * {tile};")
+    lines.append(f"    const int64_t cn = {ncol} - c0 < {tile} ? {ncol} - c0 : {tile};")
+    lines += columns.body(problem, tile, levels(problem))
+    lines += ["  }", "}", ""]
+    return _source(problem, lines, dyn)
 
 
 __all__ = ["ENTRY", "levels", "online_pairs", "render", "space"]
