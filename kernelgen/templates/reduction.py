@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from kernelgen.errors import KernelgenError
 from kernelgen.ir import ELEMENTWISE_OPS, REDUCTION_OPS, Graph, broadcast_shapes, reduced_dims
 from kernelgen.templates.base import Problem, Template
-from kernelgen.templates.indexing import Load, consumer_loads, is_input_view, load_for
+from kernelgen.templates.indexing import Load, consumer_loads, flat_offset, is_input_view, load_for
+from kernelgen.values import TensorSpec
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,19 @@ class ReductionProblem(Problem):
     # their original order, which is what argmax/argmin return.
     row_shape: tuple[int, ...] = ()
     row_strides: tuple[tuple[int, ...], ...] = ()
+
+    # Where element outputs (contiguous, of the full shape) go: strides over ``shape`` and per row group.
+    out_strides: tuple[int, ...] = ()
+    out_row: tuple[int, ...] = ()
+
+    @property
+    def rows_contiguous(self) -> bool:
+        """Element outputs are stored row after row (``r * row_len + j``): the reduced dims are the trailing ones."""
+        return self.out_strides == TensorSpec(self.shape, "float32").contiguous_strides()
+
+    def out_offset(self, index: str, div: str = "/") -> str:
+        """Offset of row element ``index`` from the row's start in an element output."""
+        return flat_offset(index, self.row_shape, self.out_row, div)
 
     @property
     def grouped(self) -> bool:
@@ -83,7 +97,10 @@ class ReductionTemplate(Template):
         found = _loads(graph, full, kept)
         if found is None:
             return None
-        groups = _groups(full, dims, [ld.strides for ld in found.values()])
+        # element outputs (full shape, written contiguous) are addressed by the same row groups as the loads
+        out_full = TensorSpec(full, "float32").contiguous_strides()
+        stores = any(graph.nodes[o].spec.shape == full for o in graph.outputs)
+        groups = _groups(full, dims, [ld.strides for ld in found.values()] + ([out_full] if stores else []))
         row_shape = tuple(_prod(full[d] for d in g) for g in groups) or (1,)
         row_len = _prod(row_shape)
         shape = tuple(full[d] for d in kept) + (row_len,)
@@ -131,11 +148,9 @@ class ReductionTemplate(Template):
                     return None
             else:
                 return None
-        # element outputs are stored row after row: only where the reduced dims are the trailing ones
-        trailing = dims == tuple(range(len(full) - len(dims), len(full)))
         for out in graph.outputs:
             spec = graph.nodes[out].spec
-            if kinds[out] == "element" and (spec.shape != full or not trailing):
+            if kinds[out] == "element" and spec.shape != full:
                 return None
             if kinds[out] == "row" and spec.shape not in (keep_shape, shape[:-1]):
                 return None
@@ -143,9 +158,11 @@ class ReductionTemplate(Template):
                 return None
         if len(set(graph.outputs)) != len(graph.outputs):
             return None
+        _, out_row = canonical(Load(-1, -1, out_full, "float32"))
         return ReductionProblem(graph=graph, shape=shape, loads=tuple(loads), kinds=tuple(kinds),
                                 reductions=reductions, row_shape=row_shape,
-                                row_strides=tuple(by_node[ld.node] for ld in loads))
+                                row_strides=tuple(by_node[ld.node] for ld in loads),
+                                out_strides=canonical(Load(-1, -1, out_full, "float32"))[0].strides, out_row=out_row)
 
 
 def _dropped_users(graph: Graph) -> set[int]:

@@ -446,7 +446,8 @@ def render(problem: ReductionProblem, config: Config, target: Target) -> Source:
     plan = cache_plan(problem, pass_roots) if config["cache_row"] else [[]] * (n_passes + 1)
     element_outs = [(k, o) for k, o in enumerate(graph.outputs) if problem.kinds[o] == "element"]
     row_outs = [(k, o) for k, o in enumerate(graph.outputs) if problem.kinds[o] == "row"]
-    in_place = _in_place(problem, pass_roots, plan, element_outs)
+    # a cached value kept in an output's row needs the row contiguous there (reduced dims trailing)
+    in_place = _in_place(problem, pass_roots, plan, element_outs) if problem.rows_contiguous else {}
     buffers = [i for stores in plan for i in stores if i not in in_place]
     # prefetch the next row in the first pass that re-reads this row (it is in cache by then), or in the
     # only pass there is
@@ -493,7 +494,12 @@ def render(problem: ReductionProblem, config: Config, target: Target) -> Source:
         lines.append("      " + cpp_expr.store(out_specs[k].dtype, f"out{k}[r]", row.env[o]))
     if element_outs:
         rows_of = {k: i for i, k in in_place.items()}
-        tail = [cpp_expr.store(out_specs[k].dtype, f"cache{rows_of[k]}[j]" if k in rows_of else f"out{k}[r * {n} + j]",
+        if problem.rows_contiguous:
+            where = {k: f"out{k}[r * {n} + j]" for k, _ in element_outs}
+        else:  # reduced dims not trailing: the row's elements are spread over the output
+            base = " + ".join(f"i{d} * {st}" for d, st in enumerate(problem.out_strides[:-1]) if st) or "0"
+            where = {k: f"out{k}[{base} + {problem.out_offset('j')}]" for k, _ in element_outs}
+        tail = [cpp_expr.store(out_specs[k].dtype, f"cache{rows_of[k]}[j]" if k in rows_of else where[k],
                                f"{{n{o}}}") for k, o in element_outs]
         row.loop([o for _, o in element_outs], tail, prefetch=n_passes == prefetch_pass)
     lines.append("    }")

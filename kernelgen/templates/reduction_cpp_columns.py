@@ -6,7 +6,7 @@ task owns a tile of up to ``tile`` consecutive columns (innermost kept dim) of o
 the reduced index ``j`` once per pass, folding the whole tile into an array of accumulators: the inner loop
 runs over contiguous columns, so gcc vectorises it and every cache line read is used whole. Per-column values
 (reductions, their epilogue, inputs broadcast over the reduced dims) live in arrays of the tile.
-Problems with element outputs never take this structure (``eligible``).
+Element outputs are written by a last walk over the reduced index, tile by tile.
 """
 
 from __future__ import annotations
@@ -19,10 +19,8 @@ TILES = (16, 64, 256, 1024)
 
 
 def eligible(problem: ReductionProblem) -> bool:
-    """Whether the column structure can compute ``problem``: a kept dim to tile and no element outputs."""
-    graph = problem.graph
-    return len(problem.shape) >= 2 and problem.row_len > 1 and \
-        not any(problem.kinds[o] == "element" for o in graph.outputs)
+    """Whether the column structure can compute ``problem``: a kept dim to tile."""
+    return len(problem.shape) >= 2 and problem.row_len > 1
 
 
 def preferred(problem: ReductionProblem) -> bool:
@@ -106,14 +104,7 @@ class _Columns:
                 self.out(f"{_ctype(graph, r)} acc{r}[{self.tile}];")
                 self.column_loop([f"acc{r}[c] = {rc._init(node.op, dtype)};"])
         self.out(f"for (int64_t j = 0; j < {self.p.row_len}; ++j) {{")
-        streamed = [ld for ld in self.p.loads if self.p.kinds[ld.node] == "element"]
-        for ld in streamed:
-            t = cpp_expr.storage_type(ld.dtype)
-            self.out(f"  const {t}* __restrict q{ld.node} = p{ld.node} + {rc.row_offset(self.p, ld, 'j')};")
-        env = dict(self.env)
-        for ld in streamed:
-            stride = ld.strides[-2]
-            env[ld.node] = cpp_expr.load(ld.dtype, f"q{ld.node}[{'c' if stride == 1 else f'c * {stride}'}]")
+        env = self.streamed_env()
         roots = [graph.nodes[r].inputs[0] for r in reds]
         body = cpp_expr.emit(graph, cpp_expr.dag_nodes(graph, roots, env), env)
         for r in reds:
@@ -123,6 +114,38 @@ class _Columns:
         self.out("}")
         for r in reds:
             self.env[r] = f"acc{r}[c]"
+
+
+    def element_pass(self) -> None:
+        """Compute and store the element outputs, walking the reduced index once more."""
+        graph, p = self.g, self.p
+        outs = [(k, o) for k, o in enumerate(graph.outputs) if p.kinds[o] == "element"]
+        if not outs:
+            return
+        base = [f"i{d} * {st}" for d, st in enumerate(p.out_strides[:-2]) if st] + [f"c0 * {p.out_strides[-2]}"]
+        self.out(f"for (int64_t j = 0; j < {p.row_len}; ++j) {{")
+        env = self.streamed_env()
+        self.out(f"  const int64_t oj = {' + '.join(base)} + {p.out_offset('j')};")
+        values = cpp_expr.emit(graph, cpp_expr.dag_nodes(graph, [o for _, o in outs], env), env)
+        stride = p.out_strides[-2]
+        values += [cpp_expr.store(graph.nodes[o].spec.dtype, f"out{k}[oj + c{'' if stride == 1 else f' * {stride}'}]",
+                                  env[o]) for k, o in outs]
+        self.column_loop(values, 4)
+        self.out("}")
+
+    def streamed_env(self) -> dict[int, str]:
+        """Inside a loop over ``j``: declare the streamed loads' pointers at ``j``; the env reading them at ``c``."""
+        from kernelgen.templates import reduction_cpp as rc
+
+        streamed = [ld for ld in self.p.loads if self.p.kinds[ld.node] == "element"]
+        for ld in streamed:
+            t = cpp_expr.storage_type(ld.dtype)
+            self.out(f"  const {t}* __restrict q{ld.node} = p{ld.node} + {rc.row_offset(self.p, ld, 'j')};")
+        env = dict(self.env)
+        for ld in streamed:
+            stride = ld.strides[-2]
+            env[ld.node] = cpp_expr.load(ld.dtype, f"q{ld.node}[{'c' if stride == 1 else f'c * {stride}'}]")
+        return env
 
 
 def body(problem: ReductionProblem, tile: int, levels: dict[int, int]) -> list[str]:
@@ -153,8 +176,11 @@ def body(problem: ReductionProblem, tile: int, levels: dict[int, int]) -> list[s
         cols.hoist()
     stores = []
     for k, o in enumerate(graph.outputs):
-        stores.append(cpp_expr.store(graph.nodes[o].spec.dtype, f"out{k}[o * {kept[-1]} + c0 + c]", cols.env[o]))
-    cols.column_loop(stores)
+        if problem.kinds[o] == "row":
+            stores.append(cpp_expr.store(graph.nodes[o].spec.dtype, f"out{k}[o * {kept[-1]} + c0 + c]", cols.env[o]))
+    if stores:
+        cols.column_loop(stores)
+    cols.element_pass()
     return cols.lines
 
 

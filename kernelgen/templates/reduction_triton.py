@@ -209,7 +209,12 @@ class _Renderer:
                 continue
             dtype = self.g.nodes[o].spec.dtype
             value = to_storage(emitter.names[o], dtype, dtype, self.interp)
-            self.out(f"tl.store(out{j} + rows * {self.p.row_len} + cols, {value}, mask=mask)", depth)
+            if self.p.rows_contiguous:
+                where = f"rows * {self.p.row_len} + cols"
+            else:  # reduced dims not trailing: the row's elements are spread over the output
+                base = offset_expr("rows", self.p.shape[:-1], self.p.out_strides[:-1])
+                where = f"{base} + {self.p.out_offset('cols', div='//')}"
+            self.out(f"tl.store(out{j} + {where}, {value}, mask=mask)", depth)
 
     def render(self) -> str:
         p = self.p

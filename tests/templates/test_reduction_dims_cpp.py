@@ -158,10 +158,17 @@ def test_element_outputs_beside_trailing_reductions():
     check(lambda x: x - x.mean((1, 2), keepdim=True), x)
 
 
-def test_element_outputs_of_a_leading_reduction_are_not_this_template():
-    graph = kernelgen.trace(lambda x: x - x.mean(0, keepdim=True), _x(4, 5))
-    found = match(graph)
-    assert found is None or found[0].name != "reduction"
+@pytest.mark.parametrize("layout", ["rows", "columns"])
+def test_element_outputs_of_leading_and_middle_reductions_land_in_place(layout):
+    x, w, b = _x(4, 3, 5, 6), _x(3, 1, 1, seed=1), _x(3, 1, 1, seed=2)
+
+    def batch_norm(x, w, b):  # training forward: statistics over (0, 2, 3), normalised output, all in one kernel
+        var, mean = torch.var_mean(x, [0, 2, 3], correction=0, keepdim=True)
+        return (x - mean) * torch.rsqrt(var + 1e-5) * w + b, mean, var
+
+    check(batch_norm, x, w, b, layout=layout)
+    check(lambda x: (x - x.amax(0, keepdim=True)).exp(), _x(7, 9), layout=layout)
+    check(lambda x: x * x.sum(1, keepdim=True), _x(3, 5, 4), layout=layout)
 
 
 def test_default_structure_follows_the_memory_layout():

@@ -87,3 +87,15 @@ def test_epilogue_on_the_dropped_dims_with_a_per_column_input():
     x, w = rand(40, 6), rand(6, seed=1)
     run(lambda x, w: torch.rsqrt(x.var(0) + 1e-5) * w, x, w)
     run(lambda x, w: (x * w).sum(0), x, w, config=LOOP)
+
+
+@pytest.mark.parametrize("looped", [False, True])
+def test_element_outputs_of_a_leading_reduction_land_in_place(looped):
+    x, w = rand(2, 3, 4, 5), rand(3, 1, 1, seed=1)
+
+    def batch_norm(x, w):
+        var, mean = torch.var_mean(x, [0, 2, 3], correction=0, keepdim=True)
+        return (x - mean) * torch.rsqrt(var + 1e-5) * w, mean
+
+    run(batch_norm, x, w, config=LOOP if looped else None)
+    run(lambda x: (x - x.amax(0, keepdim=True)).exp(), rand(40, 3), config=LOOP if looped else None)
