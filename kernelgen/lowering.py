@@ -135,18 +135,6 @@ def _operand(b: Any, value: Any, like: Any) -> int:
     raise UnsupportedOpError(f"operand {value!r} of type {type(value).__name__} is not a tensor or a number")
 
 
-def _last_dim(b: Any, x: int, dim: Any, where: str) -> None:
-    rank = b.spec(x).rank
-    if rank == 0:
-        raise UnsupportedOpError(f"reduction of a 0-d tensor at `{where}`; reductions run over a last dimension")
-    if b.spec(x).shape[-1] == 0:  # eager: sum 0, mean nan, amax an error; kernels reduce non-empty rows
-        raise UnsupportedOpError(f"reduction over an empty last dimension at `{where}`")
-    dims = dim if isinstance(dim, (tuple, list)) else (dim,)
-    if len(dims) != 1 or dims[0] not in (-1, rank - 1):
-        raise UnsupportedOpError(f"reduction over dim={dim} at `{where}`; only the last dimension (dim=-1) "
-                                 "is supported: transpose outside the compiled function")
-
-
 # -------------------------------------------------------------------------------------- elementwise
 
 def _binary(op: str) -> Handler:
@@ -349,12 +337,16 @@ def _softmax(log: bool, b: Any, args: tuple, kwargs: dict, meta: Any, where: str
     x = int(args[0])
     _float_result("log_softmax" if log else "softmax", meta, where)
     dim = _arg(args, kwargs, 1, "dim")
-    _last_dim(b, x, dim if dim is not None else -1, where)
+    if dim is None:  # F.softmax's legacy implicit dim (torch.nn.functional._get_softmax_dim)
+        dim = 0 if b.spec(x).rank in (0, 1, 3) else 1
+    if not isinstance(dim, int):
+        raise UnsupportedOpError(f"softmax over dim={dim!r} at `{where}`; eager takes one int dim")
+    dims = lowering_reduction.reduced_dims(b, x, dim, "softmax", where)
     if kwargs.get("dtype") is not None:
         x = _cast_to(b, x, meta.dtype)
-    shifted = b.elementwise("sub", (x, b.reduce("max", x)))
+    shifted = b.elementwise("sub", (x, b.reduce("max", x, dims)))
     e = b.elementwise("exp", (shifted,))
-    total = b.reduce("sum", e)
+    total = b.reduce("sum", e, dims)
     if log:
         out = b.elementwise("sub", (shifted, b.elementwise("log", (total,))))
     else:

@@ -187,3 +187,10 @@ def test_reduced_dims_that_do_not_merge_are_read_group_by_group():
     assert problem.row_shape == (3, 5) and problem.shape == (4, 15)
     _, _, problem = _problem(lambda x: x.sum([1, 2]), _x(3, 4, 5))
     assert problem.row_shape == (20,) and not problem.grouped
+
+
+def test_softmax_and_log_softmax_over_a_leading_or_middle_dim():
+    x = _x(5, 4, 7)
+    check(lambda x: torch.softmax(x, 0), x)
+    check(lambda x: torch.log_softmax(x, 1), x)
+    check(lambda x: torch.nn.functional.softmax(x, dim=None, _stacklevel=5), x)  # legacy implicit dim: 0 for 3-d
