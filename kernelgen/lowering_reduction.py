@@ -20,15 +20,16 @@ from kernelgen.values import TensorSpec
 def reduced_dims(b: Any, x: int, dim: Any, kind: str, where: str) -> tuple[int, ...]:
     """The sorted dims a reduction of node ``x`` runs over (``dim=None`` or ``[]``: all of them).
 
-    Raises ``UnsupportedOpError`` for a 0-d input and for an empty tensor (eager gives 0, NaN or an error
-    there; kernels reduce non-empty tensors)."""
+    A 0-d input reduces over no dim (``()``: each reduction is of its one element). Raises
+    ``UnsupportedOpError`` for an empty tensor (eager gives 0, NaN or an error there; kernels reduce non-empty
+    tensors) and for a dim out of range."""
     shape = b.spec(x).shape
     rank = len(shape)
-    if rank == 0:
-        raise UnsupportedOpError(f"{kind} of a 0-d tensor at `{where}`; eager computes it")
     dims = dim if isinstance(dim, (tuple, list)) else ((dim,) if dim is not None else ())
-    if any(not isinstance(d, int) or not -rank <= d < rank for d in dims):
+    if any(not isinstance(d, int) or not -max(rank, 1) <= d < max(rank, 1) for d in dims):
         raise UnsupportedOpError(f"{kind} over dim={dim} of a rank-{rank} tensor at `{where}`; eager raises")
+    if rank == 0:  # eager takes dim 0 / -1 of a 0-d tensor: one element, reduced over nothing
+        return ()
     if 0 in shape:
         raise UnsupportedOpError(f"{kind} of an empty tensor {list(shape)} at `{where}`; eager computes it")
     return tuple(sorted({d % rank for d in dims})) if dims else tuple(range(rank))

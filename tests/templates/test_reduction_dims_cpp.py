@@ -194,3 +194,21 @@ def test_softmax_and_log_softmax_over_a_leading_or_middle_dim():
     check(lambda x: torch.softmax(x, 0), x)
     check(lambda x: torch.log_softmax(x, 1), x)
     check(lambda x: torch.nn.functional.softmax(x, dim=None, _stacklevel=5), x)  # legacy implicit dim: 0 for 3-d
+
+
+def test_tuple_results_come_back_in_eager_containers():
+    x = _x(5, 7)
+    for fn in (lambda x: torch.max(x, 0), lambda x: torch.min(x, 1, keepdim=True),
+               lambda x: torch.var_mean(x, 1), lambda x: torch.std_mean(x, 0, correction=0)):
+        compiled = kernelgen.compile(fn)
+        got, want = compiled(x), fn(x)
+        assert type(got) is type(want) and compiled.explain(x)["implementation"] == "reduction"
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w)
+
+
+def test_reductions_of_a_0d_tensor_are_of_its_one_element():
+    x = torch.tensor(-2.5)
+    for fn in (lambda x: x.sum(), lambda x: x.mean(0), lambda x: x.amax(-1), lambda x: x.argmax(),
+               lambda x: torch.logsumexp(x, 0)):
+        torch.testing.assert_close(kernelgen.compile(fn)(x), fn(x))
