@@ -8,7 +8,7 @@ Conventions every template and renderer relies on:
 - Nodes are in topological order; ``Node.inputs`` index earlier nodes. ``input`` nodes come first, in
   argument order. Equal nodes are merged (CSE), so a value used twice is one node.
 - Elementwise ops broadcast their inputs numpy-style to ``node.spec.shape``.
-- Reductions (``sum``, ``max``, ``min``, ``argmax``, ``argmin``) run over the dims of their ``dims`` attribute
+- Reductions (``sum``, ``prod``, ``max``, ``min``, ``argmax``, ``argmin``) run over the dims of their ``dims`` attribute
   (sorted; absent: the last dim) and keep them (size 1). ``argmax``/``argmin`` give the int64 flat index, over
   the reduced dims in row-major order, of the first extreme value (NaN counts as the maximum).
 - Arithmetic of float16/bfloat16/float32 values is done in float32; only stored outputs and ``cast``
@@ -44,7 +44,7 @@ PREDICATE_OPS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "l
                            "logical_not", "isnan", "isinf", "isfinite"})
 """Elementwise ops whose result is bool whatever their inputs."""
 ELEMENTWISE_OPS = UNARY_OPS | BINARY_OPS | {"where", "const"}
-REDUCTION_OPS = frozenset({"sum", "max", "min", "argmax", "argmin"})
+REDUCTION_OPS = frozenset({"sum", "prod", "max", "min", "argmax", "argmin"})
 INDEX_REDUCTIONS = frozenset({"argmax", "argmin"})
 """Reductions whose result is the int64 position of the extreme value, not a value."""
 VIEW_OPS = frozenset({"reshape", "transpose"})  # reshape only adds/drops size-1 dims; transpose swaps the last two

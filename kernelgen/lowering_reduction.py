@@ -1,5 +1,5 @@
-"""Lowering handlers for PyTorch's reductions (sum, mean, amax/amin, max/min, argmax/argmin, var/std and their
-``_mean`` pairs, logsumexp) over any set of dims, as the IR's ``sum``/``max``/``min``/``argmax``/``argmin``
+"""Lowering handlers for PyTorch's reductions (sum, prod, mean, amax/amin, max/min, argmax/argmin, var/std and
+their ``_mean`` pairs, logsumexp) over any set of dims, as the IR's ``sum``/``prod``/``max``/``min``/``argmax``/``argmin``
 nodes (which keep the reduced dims as size 1) plus elementwise prologue and epilogue.
 
 Imported by ``kernelgen.lowering`` (which owns the handler table). Eager's numerics are the contract: sums
@@ -123,6 +123,17 @@ def _reduction(kind: str) -> Any:
 
 for _kind in ("sum", "mean", "amax", "amin", "logsumexp", "var", "std", "var_mean", "std_mean"):
     _handles(_kind)(_reduction(_kind))
+
+
+@_handles("prod")
+def _prod(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    """prod(x, dim=None, keepdim=False, *, dtype): accumulated in the result dtype, as sum (int64 for integers)."""
+    x = int(args[0])
+    dims = reduced_dims(b, x, _arg(args, kwargs, 1, "dim", None), "prod", where)
+    value = _cast_to(b, x, meta.dtype) if meta is not None else x
+    if count(b, x, dims) != 1:
+        value = b.reduce("prod", value, dims)
+    return finish(b, value, x, dims, bool(_arg(args, kwargs, 2, "keepdim", False)))
 
 
 def _arg_extreme(op: str) -> Any:

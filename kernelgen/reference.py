@@ -82,6 +82,10 @@ def _eval_node(torch: Any, ops: dict, node: Node, values: list, inputs: Sequence
             kept = [d for d in range(x.dim()) if d not in dims]
             flat = x.permute(*kept, *dims).reshape(*(x.shape[d] for d in kept), -1)
             return getattr(flat, op)(-1).reshape(node.spec.shape)
+        if op == "prod":  # torch.prod takes one dim at a time
+            for d in dims:
+                x = x.prod(d, keepdim=True)
+            return x
         return {"sum": x.sum, "max": x.amax, "min": x.amin}[op](dims, keepdim=True)
     if op in ("reshape", "transpose"):
         return args[0].reshape(node.spec.shape) if op == "reshape" else args[0].transpose(-1, -2)

@@ -251,8 +251,8 @@ def _declare(graph: Graph, r: int, indent: str) -> list[str]:
 
 
 def _init(op: str, dtype: str) -> str:
-    if op == "sum":
-        return cpp_expr.literal(0, dtype)
+    if op in ("sum", "prod"):
+        return cpp_expr.literal(int(op == "prod"), dtype)
     if not cpp_expr.is_float(dtype):
         limit = "max" if op == "min" else "min"
         return f"std::numeric_limits<{cpp_expr.compute_type(dtype)}>::{limit}()"
@@ -270,6 +270,8 @@ def _combine(op: str, dtype: str, acc: str, value: str, accv: str | None = None)
         return f"{{ const {ctype} xv = {value}; if (xv {cmp} {accv}{nan}) {{ {accv} = xv; {acc} = j; }} }}"
     if op == "sum":
         return f"{acc} += ({ctype}){value};"
+    if op == "prod":  # integers wrap around as eager's (-fwrapv)
+        return f"{acc} *= ({ctype}){value};"
     cmp = ">" if op == "max" else "<"
     if cpp_expr.is_float(dtype):  # nan-propagating, as amax/amin: see kg_maxf in cpp_expr.PRELUDE
         fn = {"float": "f", "double": ""}[ctype]

@@ -58,16 +58,21 @@ def space(problem: ReductionProblem, target: Target) -> SearchSpace:
 
 def _identity(op: str, dtype: str) -> str:
     if is_float(dtype):
-        return {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")'}[op]
+        return {"sum": "0.0", "prod": "1.0", "max": 'float("-inf")', "min": 'float("inf")'}[op]
     bits = {"int8": 8, "uint8": 8, "int16": 16, "int32": 32, "int64": 64, "bool": 1}[dtype]
-    if op == "sum":
-        return "0"
+    if op in ("sum", "prod"):
+        return str(int(op == "prod"))
     if dtype in ("uint8", "bool"):
         return "0" if op == "max" else str(2**bits - 1)
     return str(-(2 ** (bits - 1))) if op == "max" else str(2 ** (bits - 1) - 1)
 
 
 _NAN_HELPERS = """@triton.jit
+def _kg_mul(a, b):
+    return a * b
+
+
+@triton.jit
 def _kg_max_nan(a, b):
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
 
@@ -198,6 +203,9 @@ class _Renderer:
 
     def reduce_expr(self, op: str, acc: str, r: int | None = None) -> str:
         """Reduce ``acc`` over the row; float max/min of node ``r`` propagate NaN as torch does."""
+        if op == "prod":
+            self.nan_helpers = True
+            return f"tl.reduce({acc}, 1, _kg_mul, keep_dims=True)"
         if op != "sum" and r is not None and is_float(self.g.nodes[r].spec.dtype):
             self.nan_helpers = True
             return f"tl.reduce({acc}, 1, _kg_{op}_nan, keep_dims=True)"
@@ -316,7 +324,7 @@ class _Renderer:
                              f"tl.where(mask, cols, {_NO_INDEX}))", 2)
                     continue
                 nan = ", propagate_nan=tl.PropagateNan.ALL" if is_float(self.g.nodes[r].spec.dtype) else ""
-                combine = f"acc{r} + {{}}" if op == "sum" else f"tl.{op}imum(acc{r}, {{}}{nan})"
+                combine = {"sum": f"acc{r} + {{}}", "prod": f"acc{r} * {{}}"}.get(op, f"tl.{op}imum(acc{r}, {{}}{nan})")
                 self.out(f"acc{r} = {combine.format(self.masked(emitter, r))}", 2)
             for r in level:
                 if self.g.nodes[r].op in INDEX_REDUCTIONS:

@@ -71,6 +71,8 @@ CASES = {
     "all dims keepdim": (lambda x: x.mean((0, 1, 2), keepdim=True), (3, 4, 5)),
     "size-1 and odd dims": (lambda x: x.sum((0, 1, 3)), (1, 5, 3, 1, 7)),
     "negative dims": (lambda x: x.amin((-3, -1)), (4, 3, 6)),
+    "prod dim 0": (lambda x: (x * 0.5 + 1).prod(0), (9, 13)),
+    "prod all dims": (lambda x: (x * 0.1 + 1).prod(), (3, 4, 5)),
 }
 
 
@@ -212,3 +214,9 @@ def test_reductions_of_a_0d_tensor_are_of_its_one_element():
     for fn in (lambda x: x.sum(), lambda x: x.mean(0), lambda x: x.amax(-1), lambda x: x.argmax(),
                lambda x: torch.logsumexp(x, 0)):
         torch.testing.assert_close(kernelgen.compile(fn)(x), fn(x))
+
+
+@pytest.mark.parametrize("layout", ["rows", "columns"])
+def test_integer_prod_wraps_around_in_int64_like_eager(layout):
+    x = torch.randint(-9, 10, (70, 5), generator=torch.Generator().manual_seed(4), dtype=torch.int32)
+    check(lambda x: x.prod(0), x, layout=layout)

@@ -51,6 +51,7 @@ CASES = {
     "logsumexp dim 0": (lambda x: torch.logsumexp(x, 0), (40, 5)),
     "all dims": (lambda x: x.sum(), (3, 4, 5)),
     "amin leading two": (lambda x: x.amin((0, 1)), (4, 9, 3)),
+    "prod dim 0": (lambda x: (x * 0.1 + 1).prod(0), (40, 3)),
 }
 
 
