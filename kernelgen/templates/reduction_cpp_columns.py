@@ -15,7 +15,7 @@ from kernelgen.codegen import cpp_expr
 from kernelgen.ir import INDEX_REDUCTIONS, REDUCTION_OPS, Graph
 from kernelgen.templates.reduction import ReductionProblem
 
-TILES = (16, 64, 256, 1024)
+TILES = (4, 16, 64, 256, 1024)
 
 
 def eligible(problem: ReductionProblem) -> bool:
@@ -25,20 +25,26 @@ def eligible(problem: ReductionProblem) -> bool:
 
 def preferred(problem: ReductionProblem) -> bool:
     """Whether it should be the default: every streamed input is contiguous along the columns and strided
-    along the row (the row structure would read it one strided scalar at a time)."""
+    along the row (the row structure would read it one strided scalar at a time), or the row spans several
+    groups of reduced dims (the row structure divides per element to find them; batch norm's (0, 2, 3) of
+    NCHW ran 3-4x faster here: the tile walks whole runs of the inner group, one stream per column)."""
     if not eligible(problem):
         return False
     streamed = [ld for ld in problem.loads if problem.kinds[ld.node] == "element"]
+    if problem.grouped:
+        return True
     return bool(streamed) and all(ld.strides[-2] == 1 and ld.strides[-1] != 1 for ld in streamed)
 
 
 def default_tile(problem: ReductionProblem, cores: int) -> int:
-    """The widest tile that still gives every core a task (a tile of 16 at least)."""
+    """The widest tile that still gives every core a task (16 at least where the columns are contiguous: a
+    narrower tile does not fill a vector)."""
     columns, outer = problem.shape[-2], problem.rows // problem.shape[-2]
+    contiguous = all(ld.strides[-2] in (0, 1) for ld in problem.loads)
     for tile in reversed(TILES):
         if tile <= max(columns, TILES[0]) and outer * -(-columns // tile) >= max(1, cores):
-            return tile
-    return TILES[0]
+            return max(tile, 16) if contiguous else tile
+    return 16 if contiguous else TILES[0]
 
 
 def _ctype(graph: Graph, i: int) -> str:
