@@ -94,7 +94,10 @@ class ReductionTemplate(Template):
         if any(reduced_dims(graph.nodes[r], len(full)) != dims for r in reductions):
             return None  # one iteration space per kernel
         kept = tuple(d for d in range(len(full)) if d not in dims)
-        found = _loads(graph, full, kept)
+        # a keepdim=False result broadcasts against the full shape as its keepdim form when the kept dims are
+        # the trailing ones (x - x.mean(0), x - x.mean()); otherwise it is per-row math only ("dropped")
+        aligned = kept == tuple(range(len(full) - len(kept), len(full)))
+        found = _loads(graph, full, kept, aligned)
         if found is None:
             return None
         # element outputs (full shape, written contiguous) are addressed by the same row groups as the loads
@@ -127,7 +130,7 @@ class ReductionTemplate(Template):
                 if kinds[node.inputs[0]] != "row" or node.spec.shape not in (shape[:-1], keep_shape):
                     return None
                 kinds.append("row")
-                if node.spec.shape == shape[:-1]:
+                if node.spec.shape == shape[:-1] and not aligned:
                     dropped.add(i)
             elif node.op in ELEMENTWISE_OPS:
                 if node.op == "const":
@@ -177,10 +180,10 @@ def _dropped_users(graph: Graph) -> set[int]:
     return dropped
 
 
-def _loads(graph: Graph, full: tuple[int, ...], kept: tuple[int, ...]) -> dict[int, Load] | None:
+def _loads(graph: Graph, full: tuple[int, ...], kept: tuple[int, ...], aligned: bool) -> dict[int, Load] | None:
     """Loads over ``full`` of every input view: those read by the per-row epilogue of a keepdim=False result
     broadcast against the kept shape (``var(x, 0) * weight``), so their strides go to the kept dims."""
-    dropped = _dropped_users(graph)
+    dropped = set() if aligned else _dropped_users(graph)
     found = consumer_loads(graph, full, skip=frozenset(dropped))
     if found is None:
         return None

@@ -143,20 +143,28 @@ def space(problem: ReductionProblem, target: Target) -> SearchSpace:
     # The loop structure: rows (a row per iteration) or columns (a tile of the innermost kept dim through the
     # reduced index: reduction_cpp_columns), where the row structure would read strided scalars.
     tile = columns.default_tile(problem, target.cores) if columns.eligible(problem) else columns.TILES[1]
+    # one row (a full reduction): split it among the threads, or it runs on one core
+    splittable = problem.rows == 1 and dynamic_source(problem.graph, problem.shape) is None
+    split = splittable and problem.row_len >= PARALLEL_MIN
     params += [Param("layout", ("rows", "columns") if columns.eligible(problem) else ("rows",)),
-               Param("tile", columns.TILES)]
+               Param("tile", columns.TILES), Param("split", (False, True) if splittable else (False,))]
+    constraints.append(Constraint("a split row has no online fusion (its chunks span the whole row)",
+                                  lambda c: not (c["split"] and c["online"])))
     constraints += [Constraint("the tile only matters in the column structure",
                                lambda c: c["layout"] == "columns" or c["tile"] == tile),
-                    Constraint("the column structure has no online fusion, row cache or prefetch",
-                               lambda c: c["layout"] == "rows" or not (c["online"] or c["cache_row"] or c["prefetch"]))]
+                    Constraint("the column structure has no online fusion, row cache, prefetch or split",
+                               lambda c: c["layout"] == "rows" or not (c["online"] or c["cache_row"] or c["prefetch"]
+                                                                       or c["split"]))]
     if columns.preferred(problem):
         return SearchSpace(params, constraints, default={"rows_per_task": rows, "schedule": "dynamic", "online": False,
                                                          "chunk": _DEFAULT_CHUNK, "cache_row": False,
-                                                         "prefetch": False, "layout": "columns", "tile": tile})
+                                                         "prefetch": False, "layout": "columns", "tile": tile,
+                                                         "split": False})
     return SearchSpace(params, constraints, default={"rows_per_task": rows, "schedule": "dynamic",
                                                      "online": online, "chunk": _DEFAULT_CHUNK,
-                                                     "cache_row": cache, "prefetch": prefetch, "layout": "rows",
-                                                     "tile": tile})
+                                                     "cache_row": cache, "prefetch": prefetch and not split,
+                                                     "layout": "rows", "tile": tile, "split": split,
+                                                     } | ({"online": False} if split else {}))
 
 
 def _streamed_row_bytes(problem: ReductionProblem) -> int:
@@ -289,6 +297,11 @@ class _Row:
         self.lines: list[str] = []
         self.n = problem.row_len
         self.cached: set[int] = set()  # element values stored in cache<id>[j] by an earlier pass
+        # split: the one row is shared out among the threads ([lo, hi) each); a reduction's partial results
+        # meet in a shared accumulator (declared before the parallel region: ``self.shared``)
+        self.split = bool(config.get("split", False))
+        self.lo, self.hi = ("lo", "hi") if self.split else ("0", str(self.n))
+        self.shared: list[str] = []
 
     def elem_env(self) -> dict[int, str]:
         """Expressions at index ``j`` of element loads and of values cached by earlier passes."""
@@ -307,7 +320,7 @@ class _Row:
             else:
                 self.lines += ["      " + line for line in cpp_expr.emit(self.g, [i], self.env, prefix="w")]
 
-    def loop(self, roots: list[int], tail: list[str], lo: str = "0", hi: str | None = None,
+    def loop(self, roots: list[int], tail: list[str], lo: str | None = None, hi: str | None = None,
              indent: str = "      ", store: list[int] = (), prefetch: bool = False,
              reductions: list[int] = (), partials: bool = False) -> None:
         """A loop over the row computing the element DAG of ``roots``, then ``tail`` (``{n<id>}`` = value),
@@ -321,7 +334,7 @@ class _Row:
         body = cpp_expr.emit(self.g, cpp_expr.dag_nodes(self.g, roots + list(store), env), env)
         body += [line.format(**{f"n{i}": v for i, v in env.items()}) for line in tail]
         stores = [f"cache{i}[j] = {env[i]};" for i in store]
-        hi = hi or str(self.n)
+        lo, hi = lo or self.lo, hi or self.hi
         lanes = REDUCE_LANES
         # the reductions that go through partial accumulators; float max/min always do: their nan-propagating
         # select is not a reduction gcc recognises, but lanes of partials are plain elementwise selects
@@ -379,9 +392,28 @@ class _Row:
         # memory and the exp pass slowed down (19.0 -> 23.3 ms), where the exp hides the adds' latency anyway.
         self.loop([self.g.nodes[r].inputs[0] for r in reds], [], store=store, prefetch=prefetch, reductions=reds,
                   partials=not store)
+        if self.split:
+            self.meet(reds)
         for r in reds:
-            self.lines.append(f"      const {_ctype(self.g, r)} r{r} = acc{r};")
+            self.lines.append(f"      const {_ctype(self.g, r)} r{r} = {'sh' if self.split else 'acc'}{r};")
             self.env[r] = f"r{r}"
+
+    def meet(self, reds: list[int]) -> None:
+        """Split rows: fold each thread's accumulators into the shared ones, then wait for every thread."""
+        self.shared += [line.replace(f"acc{r}", f"sh{r}") for r in reds for line in _declare(self.g, r, "  ")]
+        self.lines.append("      #pragma omp critical")
+        self.lines.append("      {")
+        for r in reds:
+            op, dtype = self.g.nodes[r].op, _red_dtype(self.g, r)
+            if op in INDEX_REDUCTIONS:  # threads arrive in any order: the first index wins ties and NaNs
+                cmp = ">" if op == "argmax" else "<"
+                nan = f"(acc{r}v != acc{r}v && (sh{r}v == sh{r}v || acc{r} < sh{r}))" if cpp_expr.is_float(dtype) else "false"
+                self.lines.append(f"        if (acc{r}v {cmp} sh{r}v || (acc{r}v == sh{r}v && acc{r} < sh{r}) || {nan}) "
+                                  f"{{ sh{r}v = acc{r}v; sh{r} = acc{r}; }}")
+            else:
+                self.lines.append("        " + _combine(op, dtype, f"sh{r}", f"acc{r}"))
+        self.lines.append("      }")
+        self.lines.append("      #pragma omp barrier")
 
     def online_pass(self, reds: list[int], pairs: dict[int, int], chunk: int, prefetch: bool = False) -> None:
         """Max-level reductions chunk by chunk, with each paired sum rescaled to the running max."""
@@ -457,14 +489,22 @@ def render(problem: ReductionProblem, config: Config, target: Target) -> Source:
 
     dyn = dynamic_source(graph, problem.shape)
     lines = _prologue(problem, dyn)
+    split = bool(config["split"])
+    shared_at = len(lines)  # split: the shared accumulators go here, before the parallel region
     # tiny problems: waking threads costs more
-    lines.append(f"  #pragma omp parallel num_threads(num_threads) if(rows > 1 && rows * {n} >= {PARALLEL_MIN})")
+    lines.append(f"  #pragma omp parallel num_threads(num_threads) if({'' if split else 'rows > 1 && '}"
+                 f"rows * {n} >= {PARALLEL_MIN})")
     lines.append("  {")
     for i in buffers:  # per-thread row buffers, allocated once per launch
         ctype = _ctype(graph, i)
         lines.append(f"    {ctype}* __restrict cache{i} = ({ctype}*)std::aligned_alloc(64, {(n * 8 + 63) // 64 * 64});")
-    lines.append(f"    #pragma omp for schedule({config['schedule']}, {config['rows_per_task']})")
-    lines.append("    for (int64_t r = 0; r < rows; ++r) {")
+    if split:  # the one row, a stretch per thread
+        lines.append("    const int64_t nt = omp_get_num_threads(), tid = omp_get_thread_num();")
+        lines.append(f"    const int64_t lo = {n} * tid / nt, hi = {n} * (tid + 1) / nt;")
+        lines.append("    for (int64_t r = 0; r < 1; ++r) {")
+    else:
+        lines.append(f"    #pragma omp for schedule({config['schedule']}, {config['rows_per_task']})")
+        lines.append("    for (int64_t r = 0; r < rows; ++r) {")
     if leading:
         lines.append("      int64_t rem = r;")
         for d in range(len(leading) - 1, 0, -1):
@@ -493,7 +533,7 @@ def render(problem: ReductionProblem, config: Config, target: Target) -> Source:
             row.reduce_pass(reds, plan[level], prefetch=level == prefetch_pass)
     row.hoist([o for _, o in row_outs])
     for k, o in row_outs:
-        lines.append("      " + cpp_expr.store(out_specs[k].dtype, f"out{k}[r]", row.env[o]))
+        lines.append(f"      {'if (tid == 0) ' if split else ''}" + cpp_expr.store(out_specs[k].dtype, f"out{k}[r]", row.env[o]))
     if element_outs:
         rows_of = {k: i for i, k in in_place.items()}
         if problem.rows_contiguous:
@@ -507,6 +547,7 @@ def render(problem: ReductionProblem, config: Config, target: Target) -> Source:
     lines.append("    }")
     lines += [f"    std::free(cache{i});" for i in buffers]
     lines += ["  }", "}", ""]
+    lines[shared_at:shared_at] = row.shared
     return _source(problem, lines, dyn)
 
 
@@ -514,7 +555,8 @@ def _prologue(problem: ReductionProblem, dyn: int | None) -> list[str]:
     """The kernel's head: includes, entry, typed argument pointers and ``rows`` (the kept index count)."""
     graph = problem.graph
     n_in = len(graph.signature)
-    lines = [cpp_expr.PRELUDE, "#include <cstdlib>", "#include <limits>", entry_declaration(ENTRY, dyn is not None)]
+    lines = [cpp_expr.PRELUDE, "#include <cstdlib>", "#include <limits>", "#include <omp.h>",
+             entry_declaration(ENTRY, dyn is not None)]
     for a, spec in enumerate(graph.signature):
         t = cpp_expr.storage_type(spec.dtype)
         lines.append(f"  const {t}* __restrict in{a} = (const {t}*)ptrs[{a}];")

@@ -220,3 +220,29 @@ def test_reductions_of_a_0d_tensor_are_of_its_one_element():
 def test_integer_prod_wraps_around_in_int64_like_eager(layout):
     x = torch.randint(-9, 10, (70, 5), generator=torch.Generator().manual_seed(4), dtype=torch.int32)
     check(lambda x: x.prod(0), x, layout=layout)
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_a_full_reduction_split_among_threads(split):
+    """One row (a full reduction) is shared out among the threads: partial results meet in shared accumulators,
+    argmax keeps the first index whatever order the threads arrive in."""
+    x = _x(300, 200)  # above the parallel threshold
+    x[150, 7] = 9.0
+    x[20, 100] = 9.0  # the first of two equal maxima, in an earlier thread's stretch
+    for fn in (lambda x: x.sum(), lambda x: x.var(), lambda x: x.argmax(), lambda x: x.amin(),
+               lambda x: torch.logsumexp(x, (0, 1)), lambda x: x - x.mean(), lambda x: (x * 1e-3 + 1).prod()):
+        cfg = check(fn, x, split=split, online=False, prefetch=False)
+        assert cfg["split"] == split
+    y = x.clone()
+    y[250, 3] = float("nan")
+    y[100, 0] = float("nan")  # the first NaN wins argmax
+    check(lambda x: x.argmax(), y, split=split, online=False, prefetch=False)
+    check(lambda x: x.amax(), y, split=split, online=False, prefetch=False)
+
+
+def test_full_reductions_split_by_default_when_large():
+    target = Target.current("cpp")
+    _, tpl, problem = _problem(lambda x: x.sum(), _x(300, 200))
+    assert tpl.default_config(problem, target)["split"]
+    _, tpl, problem = _problem(lambda x: x.sum(), _x(30, 20))
+    assert not tpl.default_config(problem, target)["split"]
