@@ -246,3 +246,10 @@ def test_full_reductions_split_by_default_when_large():
     assert tpl.default_config(problem, target)["split"]
     _, tpl, problem = _problem(lambda x: x.sum(), _x(30, 20))
     assert not tpl.default_config(problem, target)["split"]
+
+
+@pytest.mark.parametrize("layout", ["rows", "columns"])
+def test_per_row_epilogue_of_a_middle_reduction_with_kept_shape_inputs(layout):
+    # var(1) of [B, T, C] is [B, C]: its epilogue reads a [B, C] input, which broadcasts against the kept dims
+    x, w = _x(3, 5, 4), _x(3, 4, seed=1)
+    check(lambda x, w: x.var(1) * w + x.mean(1), x, w, layout=layout)
