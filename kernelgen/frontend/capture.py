@@ -273,7 +273,7 @@ def propagate_meta(gm: Any, specs: Sequence[TensorSpec]) -> None:
 
 def _lower(gm: Any, specs: Sequence[TensorSpec], functional: dict[Any, tuple[Any, dict]]) -> tuple[Any, OutputPlan]:
     import torch.fx
-    from torch.utils._pytree import tree_flatten
+    from torch.utils._pytree import tree_flatten, tree_map
 
     from kernelgen import lowering
     from kernelgen.ir import Graph, _Builder, _NodeRef, _prune
@@ -290,7 +290,8 @@ def _lower(gm: Any, specs: Sequence[TensorSpec], functional: dict[Any, tuple[Any
         if node.op == "placeholder":
             continue
         if node.op == "output":
-            flat, spec_tree = tree_flatten(torch.fx.node.map_arg(plain(node.args[0]), lambda n: _unpack(n, env)))
+            result = tree_map(lambda n: _unpack(n, env) if isinstance(n, torch.fx.Node) else n, plain(node.args[0]))
+            flat, spec_tree = tree_flatten(result)
             first_fx: dict[int, Any] = {}  # IR node -> the fx node that first returned it
             for item in flat:
                 value = env.get(item) if isinstance(item, torch.fx.Node) else item
