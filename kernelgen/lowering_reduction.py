@@ -1,5 +1,5 @@
-"""Lowering handlers for PyTorch's reductions (sum, prod, mean, amax/amin, max/min, argmax/argmin, var/std and
-their ``_mean`` pairs, logsumexp) over any set of dims, as the IR's ``sum``/``prod``/``max``/``min``/``argmax``/``argmin``
+"""Lowering handlers for PyTorch's reductions (sum, prod, mean, amax/amin, max/min, argmax/argmin, any/all,
+var/std and their ``_mean`` pairs, logsumexp) over any set of dims, as the IR's ``sum``/``prod``/``max``/``min``/``argmax``/``argmin``
 nodes (which keep the reduced dims as size 1) plus elementwise prologue and epilogue.
 
 Imported by ``kernelgen.lowering`` (which owns the handler table). Eager's numerics are the contract: sums
@@ -134,6 +134,26 @@ def _prod(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     if count(b, x, dims) != 1:
         value = b.reduce("prod", value, dims)
     return finish(b, value, x, dims, bool(_arg(args, kwargs, 2, "keepdim", False)))
+
+
+def _any_all(op: str) -> Any:
+    """any/all(x, dim=None, keepdim=False): max/min of ``x != 0`` as bool, in the result dtype eager gives
+    (bool, or uint8 for a uint8 input)."""
+
+    def handler(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+        x = int(args[0])
+        dims = reduced_dims(b, x, _arg(args, kwargs, 1, "dim", None), op, where)
+        truth = x if b.spec(x).dtype == "bool" else b.elementwise("ne", (x, b.scalar_or_node(0, x)))
+        value = truth if count(b, x, dims) == 1 else b.reduce("max" if op == "any" else "min", truth, dims)
+        if meta is not None:
+            value = _cast_to(b, value, meta.dtype)
+        return finish(b, value, x, dims, bool(_arg(args, kwargs, 2, "keepdim", False)))
+
+    return handler
+
+
+_handles("any")(_any_all("any"))
+_handles("all")(_any_all("all"))
 
 
 def _arg_extreme(op: str) -> Any:

@@ -253,3 +253,14 @@ def test_per_row_epilogue_of_a_middle_reduction_with_kept_shape_inputs(layout):
     # var(1) of [B, T, C] is [B, C]: its epilogue reads a [B, C] input, which broadcasts against the kept dims
     x, w = _x(3, 5, 4), _x(3, 4, seed=1)
     check(lambda x, w: x.var(1) * w + x.mean(1), x, w, layout=layout)
+
+
+@pytest.mark.parametrize("layout", ["rows", "columns"])
+def test_any_and_all_over_dims_keep_eagers_dtype(layout):
+    x = torch.randint(0, 3, (9, 7), generator=torch.Generator().manual_seed(5), dtype=torch.uint8)  # any/all of uint8: uint8
+    check(lambda x: x.any(0), x, layout=layout)
+    check(lambda x: x.all(0), x, layout=layout)
+    y = _x(9, 7).round()
+    y[3, 2] = float("nan")  # NaN is true
+    check(lambda y: torch.all(y, 0, keepdim=True), y, layout=layout)
+    check(lambda y: (y > 0).any(0), y, layout=layout)

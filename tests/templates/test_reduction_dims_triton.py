@@ -100,3 +100,10 @@ def test_element_outputs_of_a_leading_reduction_land_in_place(looped):
 
     run(batch_norm, x, w, config=LOOP if looped else None)
     run(lambda x: (x - x.amax(0, keepdim=True)).exp(), rand(40, 3), config=LOOP if looped else None)
+
+
+def test_any_and_all():
+    x = torch.randint(0, 3, (40, 5), generator=torch.Generator().manual_seed(5), dtype=torch.uint8).to(DEVICE)
+    run(lambda x: x.any(0), x, config=LOOP)
+    run(lambda x: x.all(0), x)
+    run(lambda x: (x > 1).all(), x)
