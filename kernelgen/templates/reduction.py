@@ -52,6 +52,14 @@ class ReductionProblem(Problem):
         return flat_offset(index, self.row_shape, self.out_row, div)
 
     @property
+    def outer(self) -> bool:
+        """An "outer" reduction: every streamed load is contiguous along the innermost kept dim and strided
+        along the row (``sum(0)`` of a contiguous [N, C]), so neighbouring rows, not row elements, are adjacent."""
+        streamed = [ld for ld in self.loads if self.kinds[ld.node] == "element"]
+        return len(self.shape) >= 2 and bool(streamed) and \
+            all(ld.strides[-2] == 1 and ld.strides[-1] != 1 for ld in streamed)
+
+    @property
     def grouped(self) -> bool:
         """The row spans several groups of reduced dims (index arithmetic per group, not one stride)."""
         return len(self.row_shape) > 1

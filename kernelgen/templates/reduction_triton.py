@@ -37,7 +37,10 @@ def space(problem: ReductionProblem, target: Target) -> SearchSpace:
     limits = gpu_limits(target)
     warp, max_threads = limits["warp_size"], limits["max_threads"]
     blocks = sorted({min(full, 2**k) for k in range(5, 16)})
-    params = [Param("ROWS", (1, 2, 4, 8, 16)), Param("BLOCK_N", blocks), Param("num_warps", (1, 2, 4, 8, 16))]
+    # An outer reduction (sum(0) of [N, C]) has its rows adjacent in memory: a [ROWS, BLOCK_N] tile of many rows
+    # reads ROWS consecutive elements per reduced index, which Triton's coalescing lays along the threads.
+    rows_choices = (1, 2, 4, 8, 16, 32, 64) if problem.outer else (1, 2, 4, 8, 16)
+    params = [Param("ROWS", rows_choices), Param("BLOCK_N", blocks), Param("num_warps", (1, 2, 4, 8, 16))]
     constraints = [
         Constraint(f"num_warps * {warp} threads <= {max_threads}", lambda c: c["num_warps"] * warp <= max_threads),
         Constraint(f"ROWS <= {max_rows} (no more rows per program than rows)", lambda c: c["ROWS"] <= max_rows),
@@ -45,13 +48,14 @@ def space(problem: ReductionProblem, target: Target) -> SearchSpace:
                    lambda c: c["ROWS"] * c["BLOCK_N"] <= _MAX_ELEMENTS_PER_THREAD * c["num_warps"] * warp),
         Constraint("no idle warps: ROWS * BLOCK_N >= threads (or one warp)",
                    lambda c: c["num_warps"] == 1 or c["ROWS"] * c["BLOCK_N"] >= c["num_warps"] * warp),
-        Constraint("several rows per program only when a row fits in one block",
-                   lambda c: c["ROWS"] == 1 or c["BLOCK_N"] >= problem.row_len),
+        Constraint("several rows per program only when a row fits in one block or the rows are adjacent",
+                   lambda c: c["ROWS"] == 1 or c["BLOCK_N"] >= problem.row_len or problem.outer),
     ]
     block = full if full <= 8192 else 4096
     tile_rows = min(16, max(1, 1024 // block), max_rows)
     warps = min(16, max(1, tile_rows * block // (warp * 8)), max_threads // warp)
-    candidates = [{"ROWS": tile_rows, "BLOCK_N": block, "num_warps": warps},
+    candidates = [{"ROWS": min(64, max_rows), "BLOCK_N": min(full, 32), "num_warps": 4}] if problem.outer else []
+    candidates += [{"ROWS": tile_rows, "BLOCK_N": block, "num_warps": warps},
                   {"ROWS": 1, "BLOCK_N": min(block, 2048), "num_warps": min(8, max_threads // warp)}]
     return gpu_space(params, constraints, candidates, lambda c: render(problem, c, target), target)
 

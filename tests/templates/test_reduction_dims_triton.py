@@ -4,6 +4,8 @@ single pass and looped (BLOCK_N smaller than the row)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.triton_env import DEVICE, needs_triton, torch  # TRITON_INTERPRET before triton loads
@@ -11,7 +13,8 @@ from tests.triton_env import DEVICE, needs_triton, torch  # TRITON_INTERPRET bef
 import kernelgen  # noqa: E402
 from kernelgen.backends import get_backend  # noqa: E402
 from kernelgen.reference import evaluate  # noqa: E402
-from kernelgen.templates import match  # noqa: E402
+from kernelgen.target import Target  # noqa: E402
+from kernelgen.templates import match, reduction_triton  # noqa: E402
 from kernelgen.values import Config  # noqa: E402
 
 pytestmark = needs_triton
@@ -107,3 +110,17 @@ def test_any_and_all():
     run(lambda x: x.any(0), x, config=LOOP)
     run(lambda x: x.all(0), x)
     run(lambda x: (x > 1).all(), x)
+
+
+def test_outer_reductions_tile_many_adjacent_rows():
+    # sum(0) of [N, C]: rows (columns of x) are adjacent in memory; a program takes several of them and loops
+    run(lambda x: x.sum(0), rand(70, 9), config={"ROWS": 4, "BLOCK_N": 32, "num_warps": 4})
+    run(lambda x: torch.var_mean(x, (0, 1), correction=0), rand(5, 13, 6), config={"ROWS": 4, "BLOCK_N": 32, "num_warps": 4})
+    os.environ["KERNELGEN_TRITON_AOT"] = "0"  # analytic constraints only
+    try:
+        problem = match(kernelgen.trace(lambda x: x.sum(0), torch.empty(8192, 768)))[1]
+        assert problem.outer
+        default = reduction_triton.space(problem, Target.gpu("sm_90")).default()
+        assert default["ROWS"] > 1 and default["BLOCK_N"] < 8192
+    finally:
+        del os.environ["KERNELGEN_TRITON_AOT"]
