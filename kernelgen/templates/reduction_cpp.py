@@ -1,4 +1,9 @@
-"""C++/OpenMP renderer of the row-reduction template: one row per iteration, rows spread over threads.
+"""C++/OpenMP renderer of the reduction template: one row per iteration, rows spread over threads.
+
+Three loop structures, a tunable (``layout``, ``split``) with a default per problem: rows (below); the
+columns of ``reduction_cpp_columns`` for outer reductions (reduced dims outside the innermost kept dim in
+memory: bias gradients, batch-norm statistics), where rows would read strided scalars; and, for one row (a
+full reduction), the row split among the threads, partial results meeting in shared accumulators.
 
 Reductions are grouped into passes over the row (a reduction that reads another's result runs in a later
 pass); per-row values are hoisted out of the element loops; element outputs are written in a last pass.
