@@ -78,6 +78,26 @@ def test_bias_gradient_of_a_linear_runs_in_a_reduction_region():
     assert not [n for n in found.left if n.target == aten.sum.dim_IntList]
 
 
+def test_a_leading_dim_sum_joins_its_pointwise_producer_which_stays_an_output():
+    # gelu's backward (pointwise) then the bias gradient sum(dim=0): one reduction region, whose elementwise
+    # result is also read outside (the input gradient): an element output of the reduction kernel
+    def fn(h, g):
+        h = h.requires_grad_()
+        grad = torch.autograd.grad(F.gelu(h), (h,), g)[0]
+        return grad * 3, grad.sum(0)
+
+    inputs = (torch.randn(8, 6), torch.randn(8, 6))
+    regions, found = regions_of(fn, *inputs)
+    reduction = [ops for t, ops in regions if aten.sum.dim_IntList in ops]
+    assert len(reduction) == 1 and aten.erf.default in reduction[0]
+    gm = aten_graph(fn, *inputs)
+    want = gm(*inputs)
+    record = compile_graph(gm, "test")
+    for got, expected in zip(gm(*inputs), want):
+        torch.testing.assert_close(got, expected)
+    assert record.runs == {"kernel": record.regions}
+
+
 def test_batch_norm_training_forward_is_one_reduction_region():
     def fn(x, w, b):
         return F.batch_norm(x, None, None, w, b, training=True).relu()
