@@ -8,7 +8,9 @@ Conventions every template and renderer relies on:
 - Nodes are in topological order; ``Node.inputs`` index earlier nodes. ``input`` nodes come first, in
   argument order. Equal nodes are merged (CSE), so a value used twice is one node.
 - Elementwise ops broadcast their inputs numpy-style to ``node.spec.shape``.
-- Reductions (``sum``, ``max``, ``min``) run over the last dimension and keep it (size 1).
+- Reductions (``sum``, ``prod``, ``max``, ``min``, ``argmax``, ``argmin``) run over the dims of their ``dims`` attribute
+  (sorted; absent: the last dim) and keep them (size 1). ``argmax``/``argmin`` give the int64 flat index, over
+  the reduced dims in row-major order, of the first extreme value (NaN counts as the maximum).
 - Arithmetic of float16/bfloat16/float32 values is done in float32; only stored outputs and ``cast``
   nodes round to the node's dtype. ``const`` nodes are scalars of shape ``()``.
 - The structural hash depends on ops, attributes, specs and wiring only: never on Python names.
@@ -42,11 +44,13 @@ PREDICATE_OPS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "l
                            "logical_not", "isnan", "isinf", "isfinite"})
 """Elementwise ops whose result is bool whatever their inputs."""
 ELEMENTWISE_OPS = UNARY_OPS | BINARY_OPS | {"where", "const"}
-REDUCTION_OPS = frozenset({"sum", "max", "min"})
+REDUCTION_OPS = frozenset({"sum", "prod", "max", "min", "argmax", "argmin"})
+INDEX_REDUCTIONS = frozenset({"argmax", "argmin"})
+"""Reductions whose result is the int64 position of the extreme value, not a value."""
 VIEW_OPS = frozenset({"reshape", "transpose"})  # reshape only adds/drops size-1 dims; transpose swaps the last two
 OPS = ELEMENTWISE_OPS | REDUCTION_OPS | VIEW_OPS | {"input", "matmul", "attention", "custom_call"}
 """Every op a Graph may hold. Attributes: input(index), const(value), gelu(approximate: "none"|"tanh"),
-reduction ops (none: last dim, keepdim), attention(causal, scale), custom_call(name)."""
+reduction ops (dims: the reduced dims, absent for the last one; always keepdim), attention(causal, scale), custom_call(name)."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +114,9 @@ class Graph:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Graph":
-        nodes = tuple(Node(n["op"], tuple(n["inputs"]), tuple(sorted(n["attrs"].items())),
+        # JSON turns tuple attributes (a reduction's dims) into lists: back to tuples, so nodes stay hashable
+        nodes = tuple(Node(n["op"], tuple(n["inputs"]),
+                           tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in n["attrs"].items())),
                            TensorSpec.from_json(n["spec"])) for n in data["nodes"])
         return cls(nodes, tuple(data["outputs"]), int(data.get("dynamic", 0)))
 
@@ -142,6 +148,12 @@ class Graph:
 
 
 # ----------------------------------------------------------------------------------------------- shapes
+
+def reduced_dims(node: Node, rank: int) -> tuple[int, ...]:
+    """The dims reduction ``node`` runs over, for an input of ``rank``: its ``dims`` attribute or the last."""
+    dims = node.attr("dims")
+    return tuple(dims) if dims is not None else (rank - 1,)
+
 
 def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
     rank = max((len(s) for s in shapes), default=0)
@@ -205,11 +217,17 @@ class _Builder:
                             key=lambda d: _FLOAT_RANK[d])
         return self.add(op, inputs, TensorSpec(shape, dtype), **attrs)
 
-    def reduce(self, op: str, x: int) -> int:
+    def reduce(self, op: str, x: int, dims: Sequence[int] | None = None) -> int:
+        """Reduction ``op`` of node ``x`` over ``dims`` (None: the last dim), keeping them as size 1."""
         spec = self.spec(x)
         if spec.rank == 0:
-            raise UnsupportedOpError(f"reduction {op} of a scalar; reduce a tensor over its last dimension")
-        return self.add(op, (x,), TensorSpec(spec.shape[:-1] + (1,), spec.dtype))
+            raise UnsupportedOpError(f"reduction {op} of a scalar; reduce a tensor of rank >= 1")
+        reduced = tuple(sorted({d % spec.rank for d in dims})) if dims is not None else (spec.rank - 1,)
+        shape = tuple(1 if d in reduced else size for d, size in enumerate(spec.shape))
+        dtype = "int64" if op in INDEX_REDUCTIONS else spec.dtype
+        # the last dim alone carries no attribute: the graphs (and keys) of row reductions stay as they were
+        attrs = {} if reduced == (spec.rank - 1,) else {"dims": reduced}
+        return self.add(op, (x,), TensorSpec(shape, dtype), **attrs)
 
     def scalar_or_node(self, value: Any, like: int) -> int:
         """A Python scalar as a const in the dtype eager gives ``tensor(like) op value`` (torch.result_type:
@@ -267,4 +285,5 @@ def _prune(graph: Graph) -> Graph:
     return Graph(tuple(nodes), tuple(remap[i] for i in graph.outputs))
 
 
-__all__ = ["Graph", "Node", "OPS", "ELEMENTWISE_OPS", "PREDICATE_OPS", "REDUCTION_OPS", "broadcast_shapes", "trace"]
+__all__ = ["Graph", "Node", "OPS", "ELEMENTWISE_OPS", "INDEX_REDUCTIONS", "PREDICATE_OPS", "REDUCTION_OPS", "broadcast_shapes",
+           "reduced_dims", "trace"]

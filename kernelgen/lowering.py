@@ -1,7 +1,7 @@
 """Lowering of torch.fx nodes to kernelgen's primitive ops, one small handler per PyTorch op.
 
 Composite ops are written out here as primitives (softmax = exp(x - max) / sum(...)), so that the
-templates only ever see elementwise ops, last-dim reductions, matmul and attention.
+templates only ever see elementwise ops, reductions, matmul and attention.
 """
 
 from __future__ import annotations
@@ -133,18 +133,6 @@ def _operand(b: Any, value: Any, like: Any) -> int:
     if isinstance(value, (bool, int, float)):
         return b.scalar_or_node(value, like)
     raise UnsupportedOpError(f"operand {value!r} of type {type(value).__name__} is not a tensor or a number")
-
-
-def _last_dim(b: Any, x: int, dim: Any, where: str) -> None:
-    rank = b.spec(x).rank
-    if rank == 0:
-        raise UnsupportedOpError(f"reduction of a 0-d tensor at `{where}`; reductions run over a last dimension")
-    if b.spec(x).shape[-1] == 0:  # eager: sum 0, mean nan, amax an error; kernels reduce non-empty rows
-        raise UnsupportedOpError(f"reduction over an empty last dimension at `{where}`")
-    dims = dim if isinstance(dim, (tuple, list)) else (dim,)
-    if len(dims) != 1 or dims[0] not in (-1, rank - 1):
-        raise UnsupportedOpError(f"reduction over dim={dim} at `{where}`; only the last dimension (dim=-1) "
-                                 "is supported: transpose outside the compiled function")
 
 
 # -------------------------------------------------------------------------------------- elementwise
@@ -323,89 +311,7 @@ def _identity(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
 
 
 # ---------------------------------------------------------------------------------------- reductions
-
-def _reduction(kind: str) -> Handler:
-    def handler(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
-        x = int(args[0])
-        dim = _arg(args, kwargs, 1, "dim", None)
-        if isinstance(dim, bool):  # std(x, True): the overload whose 2nd argument is `unbiased`
-            raise UnsupportedOpError(f"{kind}(x, {dim}) over all dimensions at `{where}`; reduce with dim=-1")
-        dims = _reduced_dims(b, x, dim, kind, where)
-        keepdim = bool(_arg(args, kwargs, 3 if kind in ("var", "std") else 2, "keepdim", False))
-        n = b.spec(x).shape[-1]
-        if kind in ("mean", "logsumexp", "var", "std"):
-            _float_result(kind, meta, where)
-        if b.spec(x).rank - 1 not in dims:  # only size-1 dims are reduced: each value is its own sum, max, mean
-            if kind in ("var", "std"):  # of one element: 0 or NaN by the correction
-                raise UnsupportedOpError(f"{kind} over size-1 dims {sorted(dims)} at `{where}`; reduce with dim=-1")
-            value = _cast_to(b, x, meta.dtype) if meta is not None else x
-        elif kind == "sum":  # eager accumulates in the result dtype: int8/bool sums in int64, dtype= before summing
-            value = b.reduce("sum", _cast_to(b, x, meta.dtype) if meta is not None else x)
-        elif kind == "mean":
-            value = b.elementwise("mul", (b.reduce("sum", x), b.scalar_or_node(1.0 / n, x)))
-        elif kind in ("amax", "max"):
-            value = b.reduce("max", x)
-        elif kind in ("amin", "min"):
-            value = b.reduce("min", x)
-        elif kind == "logsumexp":  # of integers too: eager computes it in the default float dtype
-            value = _logsumexp(b, _cast_to(b, x, meta.dtype) if meta is not None else x)
-        else:  # var, std
-            # var(x, dim, unbiased, keepdim) positionally, or correction= / unbiased= / keepdim= by keyword
-            correction = kwargs.get("correction")
-            if correction is None:
-                correction = 1 if _arg(args, kwargs, 2, "unbiased", True) else 0
-            value = _variance(b, x, correction)
-            if kind == "std":
-                value = b.elementwise("sqrt", (value,))
-        if meta is not None:
-            value = _cast_to(b, value, meta.dtype)
-        shape = b.spec(x).shape
-        final = tuple(1 if d in dims else size for d, size in enumerate(shape)) if keepdim else \
-            tuple(size for d, size in enumerate(shape) if d not in dims)
-        result = value if b.spec(value).shape == final else \
-            b.add("reshape", (value,), TensorSpec(final, b.spec(value).dtype))  # drops or keeps size-1 dims only
-        return (_ref(result), None) if kind in ("max", "min") else result
-
-    return handler
-
-
-def _reduced_dims(b: Any, x: int, dim: Any, kind: str, where: str) -> frozenset[int]:
-    """The dims a reduction runs over (``dim=None`` or ``[]``: all), when the templates' last-dim reductions
-    cover it: every reduced dim but the last has size 1 (a full reduction of a row, ``sum(1)`` of [n, 1]).
-    Reductions over other dims raise ``UnsupportedOpError`` (a middle dim of a contiguous input is no
-    last-dim view, and the templates reduce rows)."""
-    shape = b.spec(x).shape
-    rank = len(shape)
-    if rank == 0:
-        raise UnsupportedOpError(f"reduction of a 0-d tensor at `{where}`; reductions run over a last dimension")
-    dims = dim if isinstance(dim, (tuple, list)) else ((dim,) if dim is not None else ())
-    reduced = frozenset(d % rank for d in dims) if dims else frozenset(range(rank))
-    wide = sorted(d for d in reduced if shape[d] != 1 and d != rank - 1)
-    if wide:
-        over = "all dimensions" if dim is None else f"dim={dim}"
-        raise UnsupportedOpError(f"{kind} over {over} at `{where}`; only the last dimension (dim=-1) and size-1 dims "
-                                 "are reduced inside a compiled function: transpose outside it")
-    if shape[-1] == 0 and rank - 1 in reduced:  # eager: sum 0, mean nan, amax an error; kernels reduce non-empty rows
-        raise UnsupportedOpError(f"reduction over an empty last dimension at `{where}`")
-    return reduced
-
-
-for _kind in ("sum", "mean", "amax", "amin", "logsumexp", "var", "std"):
-    _handles(_kind)(_reduction(_kind))
-
-
-def _max_min(name: str, b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> Any:
-    other = _arg(args, kwargs, 1, "other")
-    if _is_node(other):  # torch.max(a, b) is elementwise
-        return _binary("maximum" if name == "max" else "minimum")(b, args, kwargs, meta, where)
-    if _arg(args, kwargs, 1, "dim") is None:
-        raise UnsupportedOpError(f"{name} over all dimensions at `{where}`; use amax(dim=-1)")
-    return _reduction(name)(b, args, kwargs, None, where)
-
-
-_handles("max")(lambda *a: _max_min("max", *a))
-_handles("min")(lambda *a: _max_min("min", *a))
-
+# (the handlers live in kernelgen.lowering_reduction, imported at the end of this module)
 
 @_handles("getitem")
 def _getitem(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> Any:
@@ -427,35 +333,20 @@ def _getattr(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> Any:
     raise UnsupportedOpError(f"attribute {attr!r} at `{where}`")
 
 
-def _logsumexp(b: Any, x: int) -> int:
-    m = b.reduce("max", x)
-    s = b.reduce("sum", b.elementwise("exp", (b.elementwise("sub", (x, m)),)))
-    lse = b.elementwise("add", (m, b.elementwise("log", (s,))))
-    # A row whose max is +-inf gives that inf in eager (which shifts by 0 there), where x - m is inf - inf = nan:
-    # all +inf gives inf, all -inf gives -inf. A nan max (a nan in the row) stays nan.
-    infinite = b.elementwise("eq", (b.elementwise("abs", (m,)), b.const(math.inf, b.spec(m).dtype)))
-    return b.elementwise("where", (infinite, m, lse))
-
-
-def _variance(b: Any, x: int, correction: float) -> int:
-    n = b.spec(x).shape[-1]
-    mean = b.elementwise("mul", (b.reduce("sum", x), b.scalar_or_node(1.0 / n, x)))
-    centered = b.elementwise("sub", (x, mean))
-    ssq = b.reduce("sum", b.elementwise("mul", (centered, centered)))
-    denom = max(n - correction, 0)
-    return b.elementwise("mul", (ssq, b.scalar_or_node(1.0 / denom if denom else float("inf"), x)))
-
-
 def _softmax(log: bool, b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     x = int(args[0])
     _float_result("log_softmax" if log else "softmax", meta, where)
     dim = _arg(args, kwargs, 1, "dim")
-    _last_dim(b, x, dim if dim is not None else -1, where)
+    if dim is None:  # F.softmax's legacy implicit dim (torch.nn.functional._get_softmax_dim)
+        dim = 0 if b.spec(x).rank in (0, 1, 3) else 1
+    if not isinstance(dim, int):
+        raise UnsupportedOpError(f"softmax over dim={dim!r} at `{where}`; eager takes one int dim")
+    dims = lowering_reduction.reduced_dims(b, x, dim, "softmax", where)
     if kwargs.get("dtype") is not None:
         x = _cast_to(b, x, meta.dtype)
-    shifted = b.elementwise("sub", (x, b.reduce("max", x)))
+    shifted = b.elementwise("sub", (x, b.reduce("max", x, dims)))
     e = b.elementwise("exp", (shifted,))
-    total = b.reduce("sum", e)
+    total = b.reduce("sum", e, dims)
     if log:
         out = b.elementwise("sub", (shifted, b.elementwise("log", (total,))))
     else:
@@ -476,7 +367,7 @@ def _layer_norm(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int
     eps = float(_arg(args, kwargs, 4, "eps", 1e-5))
     if len(normalized_shape) != 1:
         raise UnsupportedOpError(f"layer_norm over {len(normalized_shape)} dims at `{where}`; only the last dim")
-    var = _variance(b, x, 0)
+    var = lowering_reduction.variance(b, x, (b.spec(x).rank - 1,), 0)
     n = b.spec(x).shape[-1]
     mean = b.elementwise("mul", (b.reduce("sum", x), b.scalar_or_node(1.0 / n, x)))
     y = b.elementwise("mul", (b.elementwise("sub", (x, mean)),
@@ -596,6 +487,7 @@ def _size(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> Any:
 
 
 from kernelgen import lowering_pointwise  # noqa: E402,F401  (registers the composite pointwise handlers)
+from kernelgen import lowering_reduction  # noqa: E402  (registers the reductions; layer_norm uses its variance)
 
 
 def op_name(target: Any) -> str:

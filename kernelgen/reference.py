@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kernelgen.errors import KernelgenError
-from kernelgen.ir import Graph, Node
+from kernelgen.ir import INDEX_REDUCTIONS, REDUCTION_OPS, reduced_dims, Graph, Node
 
 TORCH_NAMED_OPS = ("expm1", "log1p", "log2", "log10", "exp2", "sin", "cos", "tan", "asin", "acos", "atan", "sinh",
                    "cosh", "asinh", "acosh", "atanh", "floor", "ceil", "round", "trunc", "sign", "isnan", "isinf",
@@ -75,12 +75,18 @@ def _eval_node(torch: Any, ops: dict, node: Node, values: list, inputs: Sequence
         return torch.nn.functional.gelu(args[0], approximate=node.attr("approximate", "none"))
     if op in ops:
         return ops[op](*args)
-    if op == "sum":
-        return args[0].sum(-1, keepdim=True)
-    if op == "max":
-        return args[0].amax(-1, keepdim=True)
-    if op == "min":
-        return args[0].amin(-1, keepdim=True)
+    if op in REDUCTION_OPS:
+        x = args[0]
+        dims = reduced_dims(node, x.dim())
+        if op in INDEX_REDUCTIONS:  # flat index over the reduced dims, row-major: move them last, flatten
+            kept = [d for d in range(x.dim()) if d not in dims]
+            flat = x.permute(*kept, *dims).reshape(*(x.shape[d] for d in kept), -1)
+            return getattr(flat, op)(-1).reshape(node.spec.shape)
+        if op == "prod":  # torch.prod takes one dim at a time
+            for d in dims:
+                x = x.prod(d, keepdim=True)
+            return x
+        return {"sum": x.sum, "max": x.amax, "min": x.amin}[op](dims, keepdim=True)
     if op in ("reshape", "transpose"):
         return args[0].reshape(node.spec.shape) if op == "reshape" else args[0].transpose(-1, -2)
     if op == "matmul":

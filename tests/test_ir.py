@@ -77,9 +77,28 @@ def test_unsupported_op_names_the_op() -> None:
         kernelgen.trace(lambda x: torch.cumsum(x, dim=-1), f32(4, 8))
 
 
-def test_reduction_over_other_dim_is_rejected() -> None:
-    with pytest.raises(UnsupportedOpError, match="dim=0"):
-        kernelgen.trace(lambda x: x.sum(dim=0), f32(4, 8))
+def test_reductions_keep_their_reduced_dims_as_size_one() -> None:
+    graph = kernelgen.trace(lambda x: x.sum(dim=0), f32(4, 8))
+    total, flat = graph.nodes[1], graph.nodes[2]
+    assert (total.op, total.attr("dims"), total.spec.shape) == ("sum", (0,), (1, 8))
+    assert (flat.op, flat.spec.shape) == ("reshape", (8,))
+    # a last-dim reduction carries no attribute: the graphs and keys of row reductions did not change
+    assert kernelgen.trace(lambda x: x.amax(-1), f32(4, 8)).nodes[1].attrs == ()
+    index = kernelgen.trace(lambda x: x.argmax(), f32(4, 8)).nodes[1]
+    assert (index.op, index.attr("dims"), index.spec.dtype) == ("argmax", (0, 1), "int64")
+
+
+def test_reductions_eager_computes_specially_stay_eager() -> None:
+    with pytest.raises(UnsupportedOpError, match="empty tensor"):
+        kernelgen.trace(lambda x: x.sum(0), f32(0, 8))
+    with pytest.raises(UnsupportedOpError, match="float math"):
+        kernelgen.trace(lambda x: x.var(0), torch.zeros(4, 8, dtype=torch.int32))
+
+
+
+def test_graph_json_round_trip_of_a_reduction_over_dims() -> None:
+    graph = kernelgen.trace(lambda x: torch.var_mean(x, [0, 2])[0], f32(2, 3, 4))
+    assert kernelgen.Graph.from_json(graph.to_json()) == graph  # dims come back as a tuple, not a list
 
 
 def test_wrong_number_of_inputs() -> None:

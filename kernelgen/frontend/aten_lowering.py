@@ -107,30 +107,20 @@ def _native_layer_norm(b: Any, args: tuple, kwargs: dict, meta: Any, where: str)
     return (_ref(y), _ref(mean), _ref(rstd))
 
 
-@_handles("aten.var_mean")
-def _var_mean(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> tuple:
-    """(var, mean) over the last dim (Inductor's layer_norm decomposition), with ``correction`` as in var."""
-    x = int(args[0])
-    dims = lowering._reduced_dims(b, x, _arg(args, kwargs, 1, "dim"), "var_mean", where)
-    if not lowering._is_float_dtype(b.spec(x).dtype):
-        raise UnsupportedOpError(f"var_mean of {b.spec(x).dtype} at `{where}` is float math; eager decides")
-    shape = b.spec(x).shape
-    if len(shape) - 1 not in dims:  # only size-1 dims reduced: variance of one element, 0 or NaN by the correction
-        raise UnsupportedOpError(f"var_mean over size-1 dims at `{where}`; eager decides")
-    correction = kwargs.get("correction")
-    correction = 1 if correction is None else correction
-    n = shape[-1]
-    mean = b.elementwise("mul", (b.reduce("sum", x), b.scalar_or_node(1.0 / n, x)))
-    var = lowering._variance(b, x, correction)
-    keepdim = bool(kwargs.get("keepdim", False))
-    final = tuple(1 if d in dims else size for d, size in enumerate(shape)) if keepdim else \
-        tuple(size for d, size in enumerate(shape) if d not in dims)
+def _moments(name: str) -> lowering.Handler:
+    """(var or std, mean) over any dims (Inductor's layer_norm and batch_norm decompositions): the
+    ``.correction`` overload takes ``correction`` and ``keepdim`` by keyword only, where the torch function
+    has ``unbiased`` third."""
 
-    def finish(value: int) -> int:  # [..., 1] -> the result's shape (drops or keeps size-1 dims only)
-        spec = b.spec(value)
-        return value if spec.shape == final else b.add("reshape", (value,), TensorSpec(final, spec.dtype))
+    def handler(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> tuple:
+        keywords = {"correction": kwargs.get("correction"), "keepdim": bool(kwargs.get("keepdim", False))}
+        return lowering._HANDLERS[name](b, (args[0], _arg(args, kwargs, 1, "dim")), keywords, meta, where)
 
-    return (_ref(finish(var)), _ref(finish(mean)))
+    return handler
+
+
+_handles("aten.var_mean")(_moments("var_mean"))
+_handles("aten.std_mean")(_moments("std_mean"))
 
 
 @_handles("aten._scaled_dot_product_flash_attention_for_cpu", "aten._scaled_dot_product_flash_attention")

@@ -235,6 +235,8 @@ def propagate_meta(gm: Any, specs: Sequence[TensorSpec]) -> None:
             result = super().run_node(n)
             if isinstance(result, torch.Tensor):
                 n.meta["kernelgen_spec"] = TensorSpec(tuple(result.shape), str(result.dtype).removeprefix("torch."))
+            elif isinstance(result, tuple) and result and all(isinstance(r, torch.Tensor) for r in result):
+                n.meta["kernelgen_container"] = type(result)  # var_mean's tuple, max(dim)'s torch.return_types.max
             return result
 
     def make(spec: TensorSpec, device: str) -> Any:
@@ -271,7 +273,7 @@ def propagate_meta(gm: Any, specs: Sequence[TensorSpec]) -> None:
 
 def _lower(gm: Any, specs: Sequence[TensorSpec], functional: dict[Any, tuple[Any, dict]]) -> tuple[Any, OutputPlan]:
     import torch.fx
-    from torch.utils._pytree import tree_flatten
+    from torch.utils._pytree import tree_flatten, tree_map
 
     from kernelgen import lowering
     from kernelgen.ir import Graph, _Builder, _NodeRef, _prune
@@ -288,7 +290,8 @@ def _lower(gm: Any, specs: Sequence[TensorSpec], functional: dict[Any, tuple[Any
         if node.op == "placeholder":
             continue
         if node.op == "output":
-            flat, spec_tree = tree_flatten(plain(node.args[0]))
+            result = tree_map(lambda n: _unpack(n, env) if isinstance(n, torch.fx.Node) else n, plain(node.args[0]))
+            flat, spec_tree = tree_flatten(result)
             first_fx: dict[int, Any] = {}  # IR node -> the fx node that first returned it
             for item in flat:
                 value = env.get(item) if isinstance(item, torch.fx.Node) else item
@@ -310,6 +313,18 @@ def _lower(gm: Any, specs: Sequence[TensorSpec], functional: dict[Any, tuple[Any
         kwargs = torch.fx.node.map_arg(fx_kwargs, lambda a: env[a])
         env[node] = lowering.lower(builder, node.op, target, args, kwargs, node.meta.get("kernelgen_spec"), where)
     return _prune(Graph(tuple(builder.nodes), tuple(outputs))), OutputPlan(spec_tree, tuple(leaves))
+
+
+def _unpack(node: Any, env: dict) -> Any:
+    """An fx output value as the kernel outputs it holds: a tensor's node itself, or a tuple-valued op
+    (``var_mean``, ``max(dim)``) rebuilt in eager's container type around its lowered values."""
+    value = env.get(node)
+    if not isinstance(value, tuple):
+        return node
+    kind = node.meta.get("kernelgen_container")
+    if kind is None or any(v is None for v in value):  # e.g. max(dim) of bool: no lowered indices
+        raise UnsupportedOpError(f"{node} returns a tuple kernelgen cannot rebuild as eager does; index it (`[0]`)")
+    return kind(list(value))
 
 
 def _replay(gm: Any, plan: OutputPlan) -> Any:

@@ -110,3 +110,19 @@ def consumer_loads(graph: Graph, out_shape: tuple[int, ...], skip: frozenset[int
                     return None
                 loads[j] = load
     return loads
+
+
+def flat_offset(index: str, sizes: tuple[int, ...], strides: tuple[int, ...], div: str = "/") -> str:
+    """Element offset of flat row-major ``index`` over ``sizes`` for a view with ``strides`` (0: broadcast), as
+    an expression of the renderer's language (``div`` is its integer division: ``/`` in C++, ``//`` in Triton)."""
+    terms = []
+    inner = 1
+    for d in range(len(sizes) - 1, -1, -1):
+        size, stride = sizes[d], strides[d]
+        if stride != 0 and size != 1:
+            coord = index if inner == 1 else f"({index} {div} {inner})"
+            if d > 0:
+                coord = f"({coord} % {size})"
+            terms.append(coord if stride == 1 else f"{coord} * {stride}")
+        inner *= size
+    return " + ".join(reversed(terms)) or "0"

@@ -1,4 +1,9 @@
-"""C++/OpenMP renderer of the row-reduction template: one row per iteration, rows spread over threads.
+"""C++/OpenMP renderer of the reduction template: one row per iteration, rows spread over threads.
+
+Three loop structures, a tunable (``layout``, ``split``) with a default per problem: rows (below); the
+columns of ``reduction_cpp_columns`` for outer reductions (reduced dims outside the innermost kept dim in
+memory: bias gradients, batch-norm statistics), where rows would read strided scalars; and, for one row (a
+full reduction), the row split among the threads, partial results meeting in shared accumulators.
 
 Reductions are grouped into passes over the row (a reduction that reads another's result runs in a later
 pass); per-row values are hoisted out of the element loops; element outputs are written in a last pass.
@@ -22,10 +27,11 @@ import json
 
 from kernelgen.backends.cpp import entry_declaration
 from kernelgen.codegen import cpp_expr
-from kernelgen.ir import Graph
+from kernelgen.ir import INDEX_REDUCTIONS, Graph
 from kernelgen.space import Constraint, Param, SearchSpace
 from kernelgen.target import Target
-from kernelgen.templates.indexing import dynamic_meta, dynamic_source
+from kernelgen.templates import reduction_cpp_columns as columns
+from kernelgen.templates.indexing import Load, dynamic_meta, dynamic_source, flat_offset
 from kernelgen.templates.reduction import ReductionProblem
 from kernelgen.values import Config, FrozenMap, Source, TensorSpec
 
@@ -92,6 +98,14 @@ def online_pairs(problem: ReductionProblem) -> dict[int, int]:
     return pairs
 
 
+def row_offset(problem: ReductionProblem, ld: Load, index: str) -> str:
+    """Offset of element ``index`` of a row from the row's start in load ``ld`` (group by group when the
+    reduced dims do not merge into one stride)."""
+    if not problem.grouped:
+        return index if ld.strides[-1] == 1 else f"{index} * {ld.strides[-1]}"
+    return flat_offset(index, problem.row_shape, problem.row_strides[problem.loads.index(ld)])
+
+
 def _element_loads(problem: ReductionProblem) -> list:
     return [ld for ld in problem.loads if problem.kinds[ld.node] == "element"]
 
@@ -104,7 +118,8 @@ def space(problem: ReductionProblem, target: Target) -> SearchSpace:
     l2 = int(target.caches.get("l2", 0) or 0)
     plan = cache_plan(problem, _pass_roots(problem, levels(problem)))
     row_bytes = problem.row_len * sum(_itemsize(problem.graph, i) for stores in plan for i in stores)
-    has_online = bool(online_pairs(problem))
+    has_online = bool(online_pairs(problem)) and not any(problem.graph.nodes[r].op in INDEX_REDUCTIONS
+                                                         for r in problem.reductions)
     params = [Param("rows_per_task", _ROWS), Param("schedule", ("static", "dynamic")),
               Param("online", (False, True) if has_online else (False,)), Param("chunk", _CHUNKS),
               Param("cache_row", (False, True)), Param("prefetch", (False, True))]
@@ -112,7 +127,9 @@ def space(problem: ReductionProblem, target: Target) -> SearchSpace:
                    Constraint("online fusion recomputes values per chunk: it cannot use the row cache",
                               lambda c: not (c["online"] and c["cache_row"])),
                    Constraint("the row cache needs values that a later pass reuses",
-                              lambda c: not c["cache_row"] or row_bytes > 0)]
+                              lambda c: not c["cache_row"] or row_bytes > 0),
+                   Constraint("prefetch streams rows read with one stride",
+                              lambda c: not (c["prefetch"] and problem.grouped))]
     if l2:
         constraints.append(Constraint(f"a cached row ({row_bytes} bytes) fits in half the L2 ({l2 // 2} bytes)",
                                       lambda c: not c["cache_row"] or row_bytes <= l2 // 2))
@@ -127,10 +144,32 @@ def space(problem: ReductionProblem, target: Target) -> SearchSpace:
     # the next row prefetched measured 16.5 ms against 21 ms online (logsumexp [8192, 4096] fp32).
     cache = bool(l2) and 0 < row_bytes <= l2 // 2
     online = has_online and not cache and bool(l2) and _streamed_row_bytes(problem) > l2 // 4
-    prefetch = problem.rows > 1 and _streamed_row_bytes(problem) >= PREFETCH_MIN_ROW_BYTES
+    prefetch = problem.rows > 1 and _streamed_row_bytes(problem) >= PREFETCH_MIN_ROW_BYTES and not problem.grouped
+    # The loop structure: rows (a row per iteration) or columns (a tile of the innermost kept dim through the
+    # reduced index: reduction_cpp_columns), where the row structure would read strided scalars.
+    tile = columns.default_tile(problem, target.cores) if columns.eligible(problem) else columns.TILES[1]
+    # one row (a full reduction): split it among the threads, or it runs on one core
+    splittable = problem.rows == 1 and dynamic_source(problem.graph, problem.shape) is None
+    split = splittable and problem.row_len >= PARALLEL_MIN
+    params += [Param("layout", ("rows", "columns") if columns.eligible(problem) else ("rows",)),
+               Param("tile", columns.TILES), Param("split", (False, True) if splittable else (False,))]
+    constraints.append(Constraint("a split row has no online fusion (its chunks span the whole row)",
+                                  lambda c: not (c["split"] and c["online"])))
+    constraints += [Constraint("the tile only matters in the column structure",
+                               lambda c: c["layout"] == "columns" or c["tile"] == tile),
+                    Constraint("the column structure has no online fusion, row cache, prefetch or split",
+                               lambda c: c["layout"] == "rows" or not (c["online"] or c["cache_row"] or c["prefetch"]
+                                                                       or c["split"]))]
+    if columns.preferred(problem):
+        return SearchSpace(params, constraints, default={"rows_per_task": rows, "schedule": "dynamic", "online": False,
+                                                         "chunk": _DEFAULT_CHUNK, "cache_row": False,
+                                                         "prefetch": False, "layout": "columns", "tile": tile,
+                                                         "split": False})
     return SearchSpace(params, constraints, default={"rows_per_task": rows, "schedule": "dynamic",
                                                      "online": online, "chunk": _DEFAULT_CHUNK,
-                                                     "cache_row": cache, "prefetch": prefetch})
+                                                     "cache_row": cache, "prefetch": prefetch and not split,
+                                                     "layout": "rows", "tile": tile, "split": split,
+                                                     } | ({"online": False} if split else {}))
 
 
 def _streamed_row_bytes(problem: ReductionProblem) -> int:
@@ -208,19 +247,44 @@ def _in_place(problem: ReductionProblem, pass_roots: list[list[int]], plan: list
     return chosen
 
 
+def _red_dtype(graph: Graph, r: int) -> str:
+    """The dtype reduction ``r`` compares or adds in: its input's for argmax/argmin (their result is int64)."""
+    node = graph.nodes[r]
+    return graph.nodes[node.inputs[0]].spec.dtype if node.op in INDEX_REDUCTIONS else node.spec.dtype
+
+
+def _declare(graph: Graph, r: int, indent: str) -> list[str]:
+    """The accumulator(s) of reduction ``r``: ``acc<id>`` (and the extreme value ``acc<id>v`` of argmax/argmin)."""
+    node = graph.nodes[r]
+    if node.op in INDEX_REDUCTIONS:
+        dtype = _red_dtype(graph, r)
+        init = _init("max" if node.op == "argmax" else "min", dtype)
+        return [f"{indent}int64_t acc{r} = 0;", f"{indent}{cpp_expr.compute_type(dtype)} acc{r}v = {init};"]
+    return [f"{indent}{_ctype(graph, r)} acc{r} = {_init(node.op, node.spec.dtype)};"]
+
+
 def _init(op: str, dtype: str) -> str:
-    if op == "sum":
-        return cpp_expr.literal(0, dtype)
+    if op in ("sum", "prod"):
+        return cpp_expr.literal(int(op == "prod"), dtype)
     if not cpp_expr.is_float(dtype):
         limit = "max" if op == "min" else "min"
         return f"std::numeric_limits<{cpp_expr.compute_type(dtype)}>::{limit}()"
     return cpp_expr.literal("-inf" if op == "max" else "inf", dtype)
 
 
-def _combine(op: str, dtype: str, acc: str, value: str) -> str:
+def _combine(op: str, dtype: str, acc: str, value: str, accv: str | None = None) -> str:
+    """Statement folding ``value`` into accumulator ``acc`` (argmax/argmin: the index, with the extreme value in
+    ``accv``, default ``acc`` + "v", and ``j`` the element's index in the row)."""
     ctype = cpp_expr.compute_type(dtype)
+    if op in INDEX_REDUCTIONS:  # j rises, so ties keep the first index
+        accv = accv or f"{acc}v"
+        cmp = ">" if op == "argmax" else "<"
+        nan = f" || (xv != xv && {accv} == {accv})" if cpp_expr.is_float(dtype) else ""  # the first NaN wins
+        return f"{{ const {ctype} xv = {value}; if (xv {cmp} {accv}{nan}) {{ {accv} = xv; {acc} = j; }} }}"
     if op == "sum":
         return f"{acc} += ({ctype}){value};"
+    if op == "prod":  # integers wrap around as eager's (-fwrapv)
+        return f"{acc} *= ({ctype}){value};"
     cmp = ">" if op == "max" else "<"
     if cpp_expr.is_float(dtype):  # nan-propagating, as amax/amin: see kg_maxf in cpp_expr.PRELUDE
         fn = {"float": "f", "double": ""}[ctype]
@@ -238,13 +302,17 @@ class _Row:
         self.lines: list[str] = []
         self.n = problem.row_len
         self.cached: set[int] = set()  # element values stored in cache<id>[j] by an earlier pass
+        # split: the one row is shared out among the threads ([lo, hi) each); a reduction's partial results
+        # meet in a shared accumulator (declared before the parallel region: ``self.shared``)
+        self.split = bool(config.get("split", False))
+        self.lo, self.hi = ("lo", "hi") if self.split else ("0", str(self.n))
+        self.shared: list[str] = []
 
     def elem_env(self) -> dict[int, str]:
         """Expressions at index ``j`` of element loads and of values cached by earlier passes."""
         env = dict(self.env)
         for ld in _element_loads(self.p):
-            stride = ld.strides[-1]
-            env[ld.node] = cpp_expr.load(ld.dtype, f"p{ld.node}[{'j' if stride == 1 else f'j * {stride}'}]")
+            env[ld.node] = cpp_expr.load(ld.dtype, f"p{ld.node}[{row_offset(self.p, ld, 'j')}]")
         env.update({i: f"cache{i}[j]" for i in self.cached})
         return env
 
@@ -257,7 +325,7 @@ class _Row:
             else:
                 self.lines += ["      " + line for line in cpp_expr.emit(self.g, [i], self.env, prefix="w")]
 
-    def loop(self, roots: list[int], tail: list[str], lo: str = "0", hi: str | None = None,
+    def loop(self, roots: list[int], tail: list[str], lo: str | None = None, hi: str | None = None,
              indent: str = "      ", store: list[int] = (), prefetch: bool = False,
              reductions: list[int] = (), partials: bool = False) -> None:
         """A loop over the row computing the element DAG of ``roots``, then ``tail`` (``{n<id>}`` = value),
@@ -271,11 +339,12 @@ class _Row:
         body = cpp_expr.emit(self.g, cpp_expr.dag_nodes(self.g, roots + list(store), env), env)
         body += [line.format(**{f"n{i}": v for i, v in env.items()}) for line in tail]
         stores = [f"cache{i}[j] = {env[i]};" for i in store]
-        hi = hi or str(self.n)
+        lo, hi = lo or self.lo, hi or self.hi
         lanes = REDUCE_LANES
         # the reductions that go through partial accumulators; float max/min always do: their nan-propagating
         # select is not a reduction gcc recognises, but lanes of partials are plain elementwise selects
         laned = list(reductions) if partials else [r for r in reductions if self.g.nodes[r].op != "sum"]
+        laned = [r for r in laned if self.g.nodes[r].op not in INDEX_REDUCTIONS]  # sequential: first index wins
         for r in laned:
             node = self.g.nodes[r]
             self.lines.append(f"{indent}{_ctype(self.g, r)} acc{r}_l[{lanes}];")
@@ -293,7 +362,7 @@ class _Row:
             lo, hi, inner = "b", "be", indent + "  "
 
         def combines(acc: str, reds: list[int]) -> list[str]:
-            return [_combine(self.g.nodes[r].op, self.g.nodes[r].spec.dtype, acc.format(r=r),
+            return [_combine(self.g.nodes[r].op, _red_dtype(self.g, r), acc.format(r=r),
                              env[self.g.nodes[r].inputs[0]]) for r in reds]
 
         if laned and not loads:  # a scope of its own for j0
@@ -304,7 +373,10 @@ class _Row:
             self.lines.append(f"{inner}for (; j0 + {lanes} <= {hi}; j0 += {lanes}) {{")
             self.lines.append(f"{inner}  for (int64_t l = 0; l < {lanes}; ++l) {{")
             self.lines.append(f"{inner}    const int64_t j = j0 + l;")
-            self.lines += [inner + "    " + b for b in body + combines("acc{r}_l[l]", laned) + stores]
+            # the others (a sum beside stores, argmax: first index) fold straight into their accumulators
+            rest = [r for r in reductions if r not in laned]
+            self.lines += [inner + "    " + b for b in body + combines("acc{r}_l[l]", laned) + combines("acc{r}", rest)
+                           + stores]
             self.lines.append(f"{inner}  }}")
             self.lines.append(f"{inner}}}")
             lo = "j0"
@@ -320,15 +392,33 @@ class _Row:
 
     def reduce_pass(self, reds: list[int], store: list[int], prefetch: bool = False) -> None:
         for r in reds:
-            node = self.g.nodes[r]
-            self.lines.append(f"      {_ctype(self.g, r)} acc{r} = {_init(node.op, node.spec.dtype)};")
+            self.lines += _declare(self.g, r, "      ")
         # Partials only in passes that store nothing: beside softmax's row-cache stores, gcc kept them in
         # memory and the exp pass slowed down (19.0 -> 23.3 ms), where the exp hides the adds' latency anyway.
         self.loop([self.g.nodes[r].inputs[0] for r in reds], [], store=store, prefetch=prefetch, reductions=reds,
                   partials=not store)
+        if self.split:
+            self.meet(reds)
         for r in reds:
-            self.lines.append(f"      const {_ctype(self.g, r)} r{r} = acc{r};")
+            self.lines.append(f"      const {_ctype(self.g, r)} r{r} = {'sh' if self.split else 'acc'}{r};")
             self.env[r] = f"r{r}"
+
+    def meet(self, reds: list[int]) -> None:
+        """Split rows: fold each thread's accumulators into the shared ones, then wait for every thread."""
+        self.shared += [line.replace(f"acc{r}", f"sh{r}") for r in reds for line in _declare(self.g, r, "  ")]
+        self.lines.append("      #pragma omp critical")
+        self.lines.append("      {")
+        for r in reds:
+            op, dtype = self.g.nodes[r].op, _red_dtype(self.g, r)
+            if op in INDEX_REDUCTIONS:  # threads arrive in any order: the first index wins ties and NaNs
+                cmp = ">" if op == "argmax" else "<"
+                nan = f"(acc{r}v != acc{r}v && (sh{r}v == sh{r}v || acc{r} < sh{r}))" if cpp_expr.is_float(dtype) else "false"
+                self.lines.append(f"        if (acc{r}v {cmp} sh{r}v || (acc{r}v == sh{r}v && acc{r} < sh{r}) || {nan}) "
+                                  f"{{ sh{r}v = acc{r}v; sh{r} = acc{r}; }}")
+            else:
+                self.lines.append("        " + _combine(op, dtype, f"sh{r}", f"acc{r}"))
+        self.lines.append("      }")
+        self.lines.append("      #pragma omp barrier")
 
     def online_pass(self, reds: list[int], pairs: dict[int, int], chunk: int, prefetch: bool = False) -> None:
         """Max-level reductions chunk by chunk, with each paired sum rescaled to the running max."""
@@ -381,10 +471,11 @@ def render(problem: ReductionProblem, config: Config, target: Target) -> Source:
     violations = space(problem, target).violations(config)
     if violations:
         raise ValueError(f"reduction config {dict(config)} is invalid: {'; '.join(violations)}")
+    if config["layout"] == "columns":
+        return _render_columns(problem, config)
     graph = problem.graph
     n, rows, leading = problem.row_len, problem.rows, problem.shape[:-1]
     out_specs = graph.output_specs
-    n_in = len(graph.signature)
     lv = levels(problem)
     pairs = online_pairs(problem) if config["online"] else {}
     for s, m in pairs.items():
@@ -394,30 +485,31 @@ def render(problem: ReductionProblem, config: Config, target: Target) -> Source:
     plan = cache_plan(problem, pass_roots) if config["cache_row"] else [[]] * (n_passes + 1)
     element_outs = [(k, o) for k, o in enumerate(graph.outputs) if problem.kinds[o] == "element"]
     row_outs = [(k, o) for k, o in enumerate(graph.outputs) if problem.kinds[o] == "row"]
-    in_place = _in_place(problem, pass_roots, plan, element_outs)
+    # a cached value kept in an output's row needs the row contiguous there (reduced dims trailing)
+    in_place = _in_place(problem, pass_roots, plan, element_outs) if problem.rows_contiguous else {}
     buffers = [i for stores in plan for i in stores if i not in in_place]
     # prefetch the next row in the first pass that re-reads this row (it is in cache by then), or in the
     # only pass there is
     prefetch_pass = -1 if not config["prefetch"] else (1 if n_passes + bool(element_outs) > 1 else 0)
 
     dyn = dynamic_source(graph, problem.shape)
-    lines = [cpp_expr.PRELUDE, "#include <cstdlib>", "#include <limits>", entry_declaration(ENTRY, dyn is not None)]
-    for a, spec in enumerate(graph.signature):
-        t = cpp_expr.storage_type(spec.dtype)
-        lines.append(f"  const {t}* __restrict in{a} = (const {t}*)ptrs[{a}];")
-    for k, spec in enumerate(out_specs):
-        t = cpp_expr.storage_type(spec.dtype)
-        lines.append(f"  {t}* __restrict out{k} = ({t}*)ptrs[{n_in + k}];")
-    # rows is a C++ value: the literal, or n0 times the static leading dims of a shape-generic kernel
-    lines.append(f"  const int64_t rows = {rows if dyn is None else f'n0 * {rows // graph.dynamic}'};")
+    lines = _prologue(problem, dyn)
+    split = bool(config["split"])
+    shared_at = len(lines)  # split: the shared accumulators go here, before the parallel region
     # tiny problems: waking threads costs more
-    lines.append(f"  #pragma omp parallel num_threads(num_threads) if(rows > 1 && rows * {n} >= {PARALLEL_MIN})")
+    lines.append(f"  #pragma omp parallel num_threads(num_threads) if({'' if split else 'rows > 1 && '}"
+                 f"rows * {n} >= {PARALLEL_MIN})")
     lines.append("  {")
     for i in buffers:  # per-thread row buffers, allocated once per launch
         ctype = _ctype(graph, i)
         lines.append(f"    {ctype}* __restrict cache{i} = ({ctype}*)std::aligned_alloc(64, {(n * 8 + 63) // 64 * 64});")
-    lines.append(f"    #pragma omp for schedule({config['schedule']}, {config['rows_per_task']})")
-    lines.append("    for (int64_t r = 0; r < rows; ++r) {")
+    if split:  # the one row, a stretch per thread
+        lines.append("    const int64_t nt = omp_get_num_threads(), tid = omp_get_thread_num();")
+        lines.append(f"    const int64_t lo = {n} * tid / nt, hi = {n} * (tid + 1) / nt;")
+        lines.append("    for (int64_t r = 0; r < 1; ++r) {")
+    else:
+        lines.append(f"    #pragma omp for schedule({config['schedule']}, {config['rows_per_task']})")
+        lines.append("    for (int64_t r = 0; r < rows; ++r) {")
     if leading:
         lines.append("      int64_t rem = r;")
         for d in range(len(leading) - 1, 0, -1):
@@ -446,18 +538,65 @@ def render(problem: ReductionProblem, config: Config, target: Target) -> Source:
             row.reduce_pass(reds, plan[level], prefetch=level == prefetch_pass)
     row.hoist([o for _, o in row_outs])
     for k, o in row_outs:
-        lines.append("      " + cpp_expr.store(out_specs[k].dtype, f"out{k}[r]", row.env[o]))
+        lines.append(f"      {'if (tid == 0) ' if split else ''}" + cpp_expr.store(out_specs[k].dtype, f"out{k}[r]", row.env[o]))
     if element_outs:
         rows_of = {k: i for i, k in in_place.items()}
-        tail = [cpp_expr.store(out_specs[k].dtype, f"cache{rows_of[k]}[j]" if k in rows_of else f"out{k}[r * {n} + j]",
+        if problem.rows_contiguous:
+            where = {k: f"out{k}[r * {n} + j]" for k, _ in element_outs}
+        else:  # reduced dims not trailing: the row's elements are spread over the output
+            base = " + ".join(f"i{d} * {st}" for d, st in enumerate(problem.out_strides[:-1]) if st) or "0"
+            where = {k: f"out{k}[{base} + {problem.out_offset('j')}]" for k, _ in element_outs}
+        tail = [cpp_expr.store(out_specs[k].dtype, f"cache{rows_of[k]}[j]" if k in rows_of else where[k],
                                f"{{n{o}}}") for k, o in element_outs]
         row.loop([o for _, o in element_outs], tail, prefetch=n_passes == prefetch_pass)
     lines.append("    }")
     lines += [f"    std::free(cache{i});" for i in buffers]
     lines += ["  }", "}", ""]
-    signature = json.dumps([s.to_json() for s in (*graph.signature, *out_specs)])
+    lines[shared_at:shared_at] = row.shared
+    return _source(problem, lines, dyn)
+
+
+def _prologue(problem: ReductionProblem, dyn: int | None) -> list[str]:
+    """The kernel's head: includes, entry, typed argument pointers and ``rows`` (the kept index count)."""
+    graph = problem.graph
+    n_in = len(graph.signature)
+    lines = [cpp_expr.PRELUDE, "#include <cstdlib>", "#include <limits>", "#include <omp.h>",
+             entry_declaration(ENTRY, dyn is not None)]
+    for a, spec in enumerate(graph.signature):
+        t = cpp_expr.storage_type(spec.dtype)
+        lines.append(f"  const {t}* __restrict in{a} = (const {t}*)ptrs[{a}];")
+    for k, spec in enumerate(graph.output_specs):
+        t = cpp_expr.storage_type(spec.dtype)
+        lines.append(f"  {t}* __restrict out{k} = ({t}*)ptrs[{n_in + k}];")
+    # rows is a C++ value: the literal, or n0 times the static leading dims of a shape-generic kernel
+    rows = problem.rows
+    lines.append(f"  const int64_t rows = {rows if dyn is None else f'n0 * {rows // graph.dynamic}'};")
+    return lines
+
+
+def _source(problem: ReductionProblem, lines: list[str], dyn: int | None) -> Source:
+    graph = problem.graph
+    signature = json.dumps([s.to_json() for s in (*graph.signature, *graph.output_specs)])
     return Source("cpp", "\n".join(lines), ENTRY, meta=FrozenMap(signature=signature, template="reduction",
                                                               **dynamic_meta(graph, dyn)))
+
+
+def _render_columns(problem: ReductionProblem, config: Config) -> Source:
+    """The column structure (``reduction_cpp_columns``): tasks of (outer kept index, tile of columns)."""
+    dyn = dynamic_source(problem.graph, problem.shape)
+    tile, ncol = int(config["tile"]), problem.shape[-2]
+    lines = _prologue(problem, dyn)
+    lines.append(f"  const int64_t ntiles = {-(-ncol // tile)};")
+    lines.append(f"  const int64_t tasks = rows / {ncol} * ntiles;")
+    lines.append(f"  #pragma omp parallel for num_threads(num_threads) schedule(static) "
+                 f"if(tasks > 1 && rows * {problem.row_len} >= {PARALLEL_MIN})")
+    lines.append("  for (int64_t t = 0; t < tasks; ++t) {")
+    lines.append("    const int64_t o = t / ntiles;")
+    lines.append(f"    const int64_t c0 = (t % ntiles) * {tile};")
+    lines.append(f"    const int64_t cn = {ncol} - c0 < {tile} ? {ncol} - c0 : {tile};")
+    lines += columns.body(problem, tile, levels(problem))
+    lines += ["  }", "}", ""]
+    return _source(problem, lines, dyn)
 
 
 __all__ = ["ENTRY", "levels", "online_pairs", "render", "space"]

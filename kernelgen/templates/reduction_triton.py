@@ -16,7 +16,8 @@ from kernelgen.codegen.triton_expr import (HEADER, TL_DTYPE, ExprEmitter, comput
                                            offset_expr, pow2_at_least, signature_json, to_compute, to_storage)
 from kernelgen.space import Constraint, Param, SearchSpace
 from kernelgen.target import Target
-from kernelgen.templates.indexing import Load, dynamic_meta, dynamic_source
+from kernelgen.ir import INDEX_REDUCTIONS, REDUCTION_OPS
+from kernelgen.templates.indexing import Load, dynamic_meta, dynamic_source, flat_offset
 from kernelgen.templates.reduction import ReductionProblem
 from kernelgen.values import Config, FrozenMap, Source
 
@@ -36,7 +37,10 @@ def space(problem: ReductionProblem, target: Target) -> SearchSpace:
     limits = gpu_limits(target)
     warp, max_threads = limits["warp_size"], limits["max_threads"]
     blocks = sorted({min(full, 2**k) for k in range(5, 16)})
-    params = [Param("ROWS", (1, 2, 4, 8, 16)), Param("BLOCK_N", blocks), Param("num_warps", (1, 2, 4, 8, 16))]
+    # An outer reduction (sum(0) of [N, C]) has its rows adjacent in memory: a [ROWS, BLOCK_N] tile of many rows
+    # reads ROWS consecutive elements per reduced index, which Triton's coalescing lays along the threads.
+    rows_choices = (1, 2, 4, 8, 16, 32, 64) if problem.outer else (1, 2, 4, 8, 16)
+    params = [Param("ROWS", rows_choices), Param("BLOCK_N", blocks), Param("num_warps", (1, 2, 4, 8, 16))]
     constraints = [
         Constraint(f"num_warps * {warp} threads <= {max_threads}", lambda c: c["num_warps"] * warp <= max_threads),
         Constraint(f"ROWS <= {max_rows} (no more rows per program than rows)", lambda c: c["ROWS"] <= max_rows),
@@ -44,29 +48,35 @@ def space(problem: ReductionProblem, target: Target) -> SearchSpace:
                    lambda c: c["ROWS"] * c["BLOCK_N"] <= _MAX_ELEMENTS_PER_THREAD * c["num_warps"] * warp),
         Constraint("no idle warps: ROWS * BLOCK_N >= threads (or one warp)",
                    lambda c: c["num_warps"] == 1 or c["ROWS"] * c["BLOCK_N"] >= c["num_warps"] * warp),
-        Constraint("several rows per program only when a row fits in one block",
-                   lambda c: c["ROWS"] == 1 or c["BLOCK_N"] >= problem.row_len),
+        Constraint("several rows per program only when a row fits in one block or the rows are adjacent",
+                   lambda c: c["ROWS"] == 1 or c["BLOCK_N"] >= problem.row_len or problem.outer),
     ]
     block = full if full <= 8192 else 4096
     tile_rows = min(16, max(1, 1024 // block), max_rows)
     warps = min(16, max(1, tile_rows * block // (warp * 8)), max_threads // warp)
-    candidates = [{"ROWS": tile_rows, "BLOCK_N": block, "num_warps": warps},
+    candidates = [{"ROWS": min(64, max_rows), "BLOCK_N": min(full, 32), "num_warps": 4}] if problem.outer else []
+    candidates += [{"ROWS": tile_rows, "BLOCK_N": block, "num_warps": warps},
                   {"ROWS": 1, "BLOCK_N": min(block, 2048), "num_warps": min(8, max_threads // warp)}]
     return gpu_space(params, constraints, candidates, lambda c: render(problem, c, target), target)
 
 
 def _identity(op: str, dtype: str) -> str:
     if is_float(dtype):
-        return {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")'}[op]
+        return {"sum": "0.0", "prod": "1.0", "max": 'float("-inf")', "min": 'float("inf")'}[op]
     bits = {"int8": 8, "uint8": 8, "int16": 16, "int32": 32, "int64": 64, "bool": 1}[dtype]
-    if op == "sum":
-        return "0"
+    if op in ("sum", "prod"):
+        return str(int(op == "prod"))
     if dtype in ("uint8", "bool"):
         return "0" if op == "max" else str(2**bits - 1)
     return str(-(2 ** (bits - 1))) if op == "max" else str(2 ** (bits - 1) - 1)
 
 
 _NAN_HELPERS = """@triton.jit
+def _kg_mul(a, b):
+    return a * b
+
+
+@triton.jit
 def _kg_max_nan(a, b):
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
 
@@ -77,6 +87,18 @@ def _kg_min_nan(a, b):
 
 
 """
+
+# argmax/argmin combine (value, index) pairs: the larger (smaller) value, NaN above all, the first index on ties
+_ARG_HELPER = """@triton.jit
+def _kg_{op}_pick(v1, i1, v2, i2):
+    nan1 = v1 != v1
+    nan2 = v2 != v2
+    take = (v2 {cmp} v1) | (nan2 & (v1 == v1)) | (((v2 == v1) | (nan1 & nan2)) & (i2 < i1))
+    return tl.where(take, v2, v1), tl.where(take, i2, i1)
+
+
+"""
+_NO_INDEX = 2**31 - 1  # the index of masked-off lanes: loses every tie
 
 
 class _Renderer:
@@ -90,12 +112,19 @@ class _Renderer:
         self.lines: list[str] = []
         self.row_names: dict[int, str] = {}
         self.nan_helpers = False
+        self.arg_helpers: set[str] = set()
 
     def out(self, line: str, depth: int = 1) -> None:
         self.lines.append("    " * depth + line)
 
     def load_base(self, ld: Load) -> str:
         return offset_expr("rows", self.p.shape[:-1], ld.strides[:-1])
+
+    def row_offset(self, ld: Load) -> str:
+        """Offset of the current ``cols`` from the row's start in load ``ld`` (per group of reduced dims)."""
+        if not self.p.grouped:
+            return f"cols * {ld.strides[-1]}"
+        return flat_offset("cols", self.p.row_shape, self.p.row_strides[self.p.loads.index(ld)], div="//")
 
     def row_loads(self) -> None:
         for ld in self.p.loads:
@@ -131,11 +160,11 @@ class _Renderer:
         for i in needed:
             if i in self.loads:
                 ld = self.loads[i]
-                expr = (f"tl.load(in{ld.arg} + {self.load_base(ld)} + cols * {ld.strides[-1]}, mask=mask, other=0)")
+                expr = f"tl.load(in{ld.arg} + {self.load_base(ld)} + {self.row_offset(ld)}, mask=mask, other=0)"
                 self.out(f"x{i} = {to_compute(expr, ld.dtype, self.interp)}", depth)
                 names[i] = f"x{i}"
         emitter = ExprEmitter(self.g, names, interpreter=self.interp)
-        compute = [i for i in needed if i not in names and self.g.nodes[i].op not in ("sum", "max", "min")]
+        compute = [i for i in needed if i not in names and self.g.nodes[i].op not in REDUCTION_OPS]
         for line in emitter.emit(compute):
             self.out(line, depth)
         return emitter
@@ -143,14 +172,22 @@ class _Renderer:
     def masked(self, emitter: ExprEmitter, r: int) -> str:
         node = self.g.nodes[r]
         x = node.inputs[0]
-        return f"tl.where(mask, {emitter.names[x]}, {_identity(node.op, compute_dtype(self.g.nodes[x].spec.dtype))})"
+        op = {"argmax": "max", "argmin": "min"}.get(node.op, node.op)
+        return f"tl.where(mask, {emitter.names[x]}, {_identity(op, compute_dtype(self.g.nodes[x].spec.dtype))})"
+
+    def arg_reduce(self, r: int, values: str, index: str) -> str:
+        """``v<r>``: the [ROWS, 1] int64 index of the first extreme of ``values`` (indices ``index``)."""
+        op = self.g.nodes[r].op
+        self.arg_helpers.add(op)
+        return (f"_, v{r} = tl.reduce(({values}, {index}), 1, _kg_{op}_pick, keep_dims=True)\n"
+                f"    v{r} = v{r}.to(tl.int64)")
 
     def finish_rows(self) -> None:
         """Emit every row-kind node whose inputs are now available (after a level of reductions)."""
         emitter = ExprEmitter(self.g, self.row_names, interpreter=self.interp)
         names = emitter.names
         for i, node in enumerate(self.g.nodes):
-            if i in names or self.p.kinds[i] != "row" or node.op in ("input", "transpose", "sum", "max", "min"):
+            if i in names or self.p.kinds[i] != "row" or node.op in ("input", "transpose") or node.op in REDUCTION_OPS:
                 continue
             if node.op == "reshape":
                 if node.inputs[0] in names:
@@ -170,6 +207,9 @@ class _Renderer:
 
     def reduce_expr(self, op: str, acc: str, r: int | None = None) -> str:
         """Reduce ``acc`` over the row; float max/min of node ``r`` propagate NaN as torch does."""
+        if op == "prod":
+            self.nan_helpers = True
+            return f"tl.reduce({acc}, 1, _kg_mul, keep_dims=True)"
         if op != "sum" and r is not None and is_float(self.g.nodes[r].spec.dtype):
             self.nan_helpers = True
             return f"tl.reduce({acc}, 1, _kg_{op}_nan, keep_dims=True)"
@@ -181,7 +221,12 @@ class _Renderer:
                 continue
             dtype = self.g.nodes[o].spec.dtype
             value = to_storage(emitter.names[o], dtype, dtype, self.interp)
-            self.out(f"tl.store(out{j} + rows * {self.p.row_len} + cols, {value}, mask=mask)", depth)
+            if self.p.rows_contiguous:
+                where = f"rows * {self.p.row_len} + cols"
+            else:  # reduced dims not trailing: the row's elements are spread over the output
+                base = offset_expr("rows", self.p.shape[:-1], self.p.out_strides[:-1])
+                where = f"{base} + {self.p.out_offset('cols', div='//')}"
+            self.out(f"tl.store(out{j} + {where}, {value}, mask=mask)", depth)
 
     def render(self) -> str:
         p = self.p
@@ -208,6 +253,8 @@ class _Renderer:
                 self.out(f"tl.store(out{j} + rows, {to_storage(value, dtype, dtype, self.interp)}, mask=row_mask)")
         params = ", ".join([*kernel_params(self.g), *(["n0"] if dyn is not None else [])])
         helpers = _NAN_HELPERS if self.nan_helpers else ""
+        helpers += "".join(_ARG_HELPER.format(op=op, cmp=">" if op == "argmax" else "<")
+                           for op in sorted(self.arg_helpers))
         signature = f"def {ENTRY}({params}, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):\n"
         return HEADER + helpers + "@triton.jit\n" + signature + "\n".join(self.lines) + "\n"
 
@@ -219,7 +266,10 @@ class _Renderer:
             emitter = self.element_block([self.g.nodes[r].inputs[0] for r in level], 1, computed)
             computed.update(emitter.names)
             for r in level:
-                self.out(f"v{r} = {self.reduce_expr(self.g.nodes[r].op, self.masked(emitter, r), r)}")
+                if self.g.nodes[r].op in INDEX_REDUCTIONS:
+                    self.out(self.arg_reduce(r, self.masked(emitter, r), f"tl.where(mask, cols, {_NO_INDEX})"))
+                else:
+                    self.out(f"v{r} = {self.reduce_expr(self.g.nodes[r].op, self.masked(emitter, r), r)}")
                 self.row_names[r] = f"v{r}"
             self.finish_rows()
         if element_outputs:
@@ -251,8 +301,11 @@ class _Renderer:
                 continue
             for r in level + list(online):
                 dtype = compute_dtype(self.g.nodes[self.g.nodes[r].inputs[0]].spec.dtype)
-                identity = _identity(self.g.nodes[r].op, dtype)
+                op = self.g.nodes[r].op
+                identity = _identity({"argmax": "max", "argmin": "min"}.get(op, op), dtype)
                 self.out(f"acc{r} = tl.full([ROWS, BLOCK_N], {identity}, {TL_DTYPE[dtype]})")
+                if op in INDEX_REDUCTIONS:
+                    self.out(f"idx{r} = tl.full([ROWS, BLOCK_N], {_NO_INDEX}, tl.int32)")
             self.out(loop)
             self.out("cols = start + cols0", 2)
             self.out(f"mask = row_mask & (cols < {self.p.row_len})", 2)
@@ -269,11 +322,19 @@ class _Renderer:
                         self.out(f"acc{s_node} = acc{s_node} * tl.exp(acc{r} - safe{r}) + tl.exp(xm{r} - safe{r})", 2)
                     self.out(f"acc{r} = new{r}", 2)
                     continue
+                if op in INDEX_REDUCTIONS:  # each lane's cols rise: the pick keeps the first extreme
+                    self.arg_helpers.add(op)
+                    self.out(f"acc{r}, idx{r} = _kg_{op}_pick(acc{r}, idx{r}, {self.masked(emitter, r)}, "
+                             f"tl.where(mask, cols, {_NO_INDEX}))", 2)
+                    continue
                 nan = ", propagate_nan=tl.PropagateNan.ALL" if is_float(self.g.nodes[r].spec.dtype) else ""
-                combine = f"acc{r} + {{}}" if op == "sum" else f"tl.{op}imum(acc{r}, {{}}{nan})"
+                combine = {"sum": f"acc{r} + {{}}", "prod": f"acc{r} * {{}}"}.get(op, f"tl.{op}imum(acc{r}, {{}}{nan})")
                 self.out(f"acc{r} = {combine.format(self.masked(emitter, r))}", 2)
             for r in level:
-                self.out(f"v{r} = {self.reduce_expr(self.g.nodes[r].op, f'acc{r}', r)}")
+                if self.g.nodes[r].op in INDEX_REDUCTIONS:
+                    self.out(self.arg_reduce(r, f"acc{r}", f"idx{r}"))
+                else:
+                    self.out(f"v{r} = {self.reduce_expr(self.g.nodes[r].op, f'acc{r}', r)}")
                 self.row_names[r] = f"v{r}"
             for s_node, m in online.items():
                 safe = f"tl.where(v{m} == float(\"-inf\"), 0.0, v{m})"

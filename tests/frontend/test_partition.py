@@ -53,11 +53,77 @@ def test_layer_norm_region_keeps_its_three_outputs_together():
     assert not [n for n in found.left if n.target is not aten.view.default]
 
 
-def test_reduction_over_a_leading_dim_is_left_to_aten_with_its_reason():
-    regions, found = regions_of(lambda x: (x.sum(0), x.exp()), torch.randn(4, 8))
+def test_a_reduction_without_a_lowering_rule_is_left_to_aten_with_its_reason():
+    regions, found = regions_of(lambda x: (x.median(0).values, x.exp()), torch.randn(4, 8))
     assert regions == [("pointwise", [aten.exp.default])]
     (node, reason), = found.left.items()
-    assert node.target == aten.sum.dim_IntList and "dim=[0]" in reason
+    assert node.target == aten.median.dim and "unsupported op" in reason
+
+
+def test_a_leading_dim_sum_and_a_sibling_share_a_reduction_region():
+    regions, found = regions_of(lambda x: (x.sum(0), x.exp()), torch.randn(4, 8))
+    assert regions == [("reduction", [aten.sum.dim_IntList, aten.exp.default])] and not found.left
+
+
+def test_bias_gradient_of_a_linear_runs_in_a_reduction_region():
+    # AOTAutograd's backward of linear: the bias gradient is sum(grad, [0]) of [N, C] (and of [B, T, C] over
+    # [0, 1]); its producer here is the GEMM's recomputed gelu epilogue, which a reduction cannot join, so it is
+    # a region of its own: no longer ATen
+    def backward(x, w, b, g):
+        x, w, b = (t.requires_grad_() for t in (x, w, b))
+        return torch.autograd.grad(F.gelu(F.linear(x, w, b)), (x, w, b), g)
+
+    regions, found = regions_of(backward, torch.randn(2, 4, 6), torch.randn(5, 6), torch.randn(5), torch.randn(2, 4, 5))
+    assert ("reduction", [aten.sum.dim_IntList]) in regions
+    assert not [n for n in found.left if n.target == aten.sum.dim_IntList]
+
+
+def test_a_leading_dim_sum_joins_its_pointwise_producer_which_stays_an_output():
+    # gelu's backward (pointwise) then the bias gradient sum(dim=0): one reduction region, whose elementwise
+    # result is also read outside (the input gradient): an element output of the reduction kernel
+    def fn(h, g):
+        h = h.requires_grad_()
+        grad = torch.autograd.grad(F.gelu(h), (h,), g)[0]
+        return grad * 3, grad.sum(0)
+
+    inputs = (torch.randn(8, 6), torch.randn(8, 6))
+    regions, found = regions_of(fn, *inputs)
+    reduction = [ops for t, ops in regions if aten.sum.dim_IntList in ops]
+    assert len(reduction) == 1 and aten.erf.default in reduction[0]
+    gm = aten_graph(fn, *inputs)
+    want = gm(*inputs)
+    record = compile_graph(gm, "test")
+    for got, expected in zip(gm(*inputs), want):
+        torch.testing.assert_close(got, expected)
+    assert record.runs == {"kernel": record.regions}
+
+
+def test_batch_norm_training_forward_is_one_reduction_region():
+    def fn(x, w, b):
+        return F.batch_norm(x, None, None, w, b, training=True).relu()
+
+    regions, found = regions_of(fn, torch.randn(4, 3, 5, 5), torch.randn(3), torch.randn(3))
+    (template, ops), = regions
+    assert template == "reduction" and ops[0] == aten.var_mean.correction and ops[-1] == aten.relu.default
+
+
+def test_batch_norm_training_backward_reductions_all_fuse_and_match_aten():
+    def fn(x, w, b, g):
+        x, w, b = (t.requires_grad_() for t in (x, w, b))
+        return torch.autograd.grad(F.batch_norm(x, None, None, w, b, training=True), (x, w, b), g)
+
+    inputs = (torch.randn(4, 3, 5, 5), torch.randn(3), torch.randn(3), torch.randn(4, 3, 5, 5))
+    regions, found = regions_of(fn, *inputs)
+    reductions = {aten.sum.dim_IntList, aten.var_mean.correction}
+    assert not [n for n in found.left if n.target in reductions]
+    assert all(t == "reduction" for t, ops in regions if reductions & set(ops))
+    gm = aten_graph(fn, *inputs)
+    want = gm(*inputs)
+    record = compile_graph(gm, "test")
+    assert list(record.left) == ["empty (aten.empty.memory_format)"]  # the unused running-stats placeholder
+    for got, expected in zip(gm(*inputs), want):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    assert record.runs == {"kernel": record.regions}  # every region ran its kernel (none fell back to ATen)
 
 
 def test_a_gemm_read_by_two_consumers_is_not_recomputed():
@@ -86,11 +152,11 @@ def test_multi_output_pointwise_region():
 
 
 def test_regions_are_convex():
-    # exp(x) -> sum over dim 0 (ATen) -> added back to exp(x): the add cannot join exp's region, which would
-    # then both feed and read the ATen reduction
+    # exp(x) -> median over dim 0 (ATen: no rule) -> added back to exp(x): the add cannot join exp's region,
+    # which would then both feed and read the ATen reduction
     def fn(x):
         e = x.exp()
-        return e + e.sum(0)
+        return e + e.median(0).values
 
     regions, found = regions_of(fn, torch.randn(4, 8))
     assert [nodes for _, nodes in regions] == [[aten.exp.default], [aten.add.Tensor]]
@@ -99,7 +165,7 @@ def test_regions_are_convex():
 def test_installed_regions_compute_what_the_aten_graph_computes():
     def fn(x, w, b):
         h = F.layer_norm(x, (8,), w, b)
-        return torch.softmax(h * 2, -1), h.sum(0)
+        return torch.softmax(h * 2, -1), h.median(0).values
 
     inputs = (torch.randn(6, 8), torch.randn(8), torch.randn(8))
     gm = aten_graph(fn, *inputs)
@@ -108,7 +174,7 @@ def test_installed_regions_compute_what_the_aten_graph_computes():
     ops = [n.target for n in gm.graph.nodes if n.op == "call_function"]
     # layer norm, scale and softmax share their rows: one reduction region holds all three
     assert ops.count(torch.ops.kernelgen.region.default) == record.regions == 1
-    assert record.fused_ops == record.aten_ops - 1  # the leading-dim sum stays ATen
+    assert record.fused_ops == record.aten_ops - 1  # the median stays ATen (no lowering rule)
     got = gm(*inputs)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w)
@@ -152,11 +218,11 @@ def test_a_device_move_stays_out_of_regions():
 
 
 def test_a_member_whose_consumer_stays_outside_is_an_output_or_leaves():
-    # y = x @ w feeds the epilogue and a leading-dim sum that no template covers: y becomes a second output,
+    # y = x @ w feeds the epilogue and a median that no template covers: y becomes a second output,
     # which the GEMM template does not allow, so the epilogue leaves the GEMM region (checked at the end)
     def fn(x, w):
         y = x @ w
-        return y.relu(), y.sum(0)
+        return y.relu(), y.median(0).values
 
     regions, found = regions_of(fn, torch.randn(4, 8), torch.randn(8, 16))
     assert sorted(t for t, _ in regions) == ["gemm", "pointwise"]
