@@ -44,9 +44,13 @@ PREDICATE_OPS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "l
 ELEMENTWISE_OPS = UNARY_OPS | BINARY_OPS | {"where", "const"}
 REDUCTION_OPS = frozenset({"sum", "max", "min"})
 VIEW_OPS = frozenset({"reshape", "transpose"})  # reshape only adds/drops size-1 dims; transpose swaps the last two
-OPS = ELEMENTWISE_OPS | REDUCTION_OPS | VIEW_OPS | {"input", "matmul", "attention", "custom_call"}
+MOVE_OPS = frozenset({"cat", "pad"})
+"""Data movement that a template renders as index arithmetic (``kernelgen.templates.moves``), never a copy:
+``cat(a, b, ...; dim)`` of same-rank values along ``dim``; ``pad(x; pads, value)`` with ``pads`` one
+``(before, after)`` pair per dim (negative crops) and ``value`` outside the window."""
+OPS = ELEMENTWISE_OPS | REDUCTION_OPS | VIEW_OPS | MOVE_OPS | {"input", "matmul", "attention", "custom_call"}
 """Every op a Graph may hold. Attributes: input(index), const(value), gelu(approximate: "none"|"tanh"),
-reduction ops (none: last dim, keepdim), attention(causal, scale), custom_call(name)."""
+reduction ops (none: last dim, keepdim), attention(causal, scale), custom_call(name), cat(dim), pad(pads, value)."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,18 @@ class Graph:
                          f"{n.spec.dtype}{list(n.spec.shape)}")
         lines.append("return " + ", ".join(f"%{i}" for i in self.outputs))
         return "\n".join(lines)
+
+
+def encode_pads(pairs: Sequence[tuple[int, int]]) -> str:
+    """A ``pad`` node's ``pads`` attribute: ``before:after`` per dim, comma separated (a string, so the graph's
+    JSON round trip gives back an equal, hashable node)."""
+    return ",".join(f"{lo}:{hi}" for lo, hi in pairs)
+
+
+def pad_pairs(node: Node) -> tuple[tuple[int, int], ...]:
+    """The ``(before, after)`` pair of every dim of a ``pad`` node."""
+    text = node.attr("pads", "")
+    return tuple((int(lo), int(hi)) for lo, hi in (part.split(":") for part in text.split(","))) if text else ()
 
 
 # ----------------------------------------------------------------------------------------------- shapes
@@ -267,4 +283,5 @@ def _prune(graph: Graph) -> Graph:
     return Graph(tuple(nodes), tuple(remap[i] for i in graph.outputs))
 
 
-__all__ = ["Graph", "Node", "OPS", "ELEMENTWISE_OPS", "PREDICATE_OPS", "REDUCTION_OPS", "broadcast_shapes", "trace"]
+__all__ = ["Graph", "Node", "OPS", "ELEMENTWISE_OPS", "MOVE_OPS", "PREDICATE_OPS", "REDUCTION_OPS", "broadcast_shapes",
+           "encode_pads", "pad_pairs", "trace"]
