@@ -48,7 +48,10 @@ MOVE_OPS = frozenset({"cat", "pad"})
 """Data movement that a template renders as index arithmetic (``kernelgen.templates.moves``), never a copy:
 ``cat(a, b, ...; dim)`` of same-rank values along ``dim``; ``pad(x; pads, value)`` with ``pads`` one
 ``(before, after)`` pair per dim (negative crops) and ``value`` outside the window."""
-OPS = ELEMENTWISE_OPS | REDUCTION_OPS | VIEW_OPS | MOVE_OPS | {"input", "matmul", "attention", "custom_call"}
+SCAN_OPS = frozenset({"cumsum", "cumprod"})
+"""Inclusive scans over the last dimension (same shape as their input, which is already in the node's dtype).
+Eager's accumulator: int64 for integers, float32 for float16/bfloat16, float64 for float32 on CPU."""
+OPS = ELEMENTWISE_OPS | REDUCTION_OPS | VIEW_OPS | MOVE_OPS | SCAN_OPS | {"input", "matmul", "attention", "custom_call"}
 """Every op a Graph may hold. Attributes: input(index), const(value), gelu(approximate: "none"|"tanh"),
 reduction ops (none: last dim, keepdim), attention(causal, scale), custom_call(name), cat(dim), pad(pads, value)."""
 
@@ -283,5 +286,5 @@ def _prune(graph: Graph) -> Graph:
     return Graph(tuple(nodes), tuple(remap[i] for i in graph.outputs))
 
 
-__all__ = ["Graph", "Node", "OPS", "ELEMENTWISE_OPS", "MOVE_OPS", "PREDICATE_OPS", "REDUCTION_OPS", "broadcast_shapes",
+__all__ = ["Graph", "Node", "OPS", "ELEMENTWISE_OPS", "MOVE_OPS", "PREDICATE_OPS", "REDUCTION_OPS", "SCAN_OPS", "broadcast_shapes",
            "encode_pads", "pad_pairs", "trace"]

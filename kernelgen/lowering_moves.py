@@ -79,3 +79,4 @@ def _f_pad(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
 
 
 __all__: list[str] = []
+

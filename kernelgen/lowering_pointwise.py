@@ -310,4 +310,4 @@ def _fma(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     return b.elementwise("add", (product, _operand(b, z, like)), meta.dtype if meta is not None else None)
 
 
-from kernelgen import lowering_moves  # noqa: E402,F401  (registers cat and constant pad)
+from kernelgen import lowering_moves, lowering_scans  # noqa: E402,F401  (cat and constant pad; cumsum, cumprod)

@@ -5,7 +5,9 @@ or ``pad`` nodes (``kernelgen.ir.MOVE_OPS``) so that each node is computed at th
 reads it at: the k-th operand of a ``cat`` along ``d`` at ``c[d] - offset_k``, a padded value at
 ``c[d] - before``; the move itself becomes a ``where`` over a coordinate test. The expanded graph's leaves are
 loads of a kernel argument at an element offset and those tests, both written by the language's
-``CoordSyntax``; every other node is an elementwise IR op that the language's op table renders as usual.
+``CoordSyntax`` (and values the kernel names itself, such as a scan's running value); every other node is an
+elementwise IR op that the language's op table renders as usual. Templates other than pointwise (the scan)
+evaluate their element-by-element parts through it too, so a cat or pad joins them for free.
 Shifted coordinates are clamped into the operand, so a value the select discards never reads out of bounds.
 
 How each move maps coordinates is one row of ``MOVES`` (the table a new move joins); the languages only
@@ -14,7 +16,7 @@ supply the three primitives of ``CoordSyntax``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,11 +59,18 @@ class TestLeaf:
 
 
 @dataclass(frozen=True)
+class NamedLeaf:
+    """A value the kernel computes itself (a scan's running value), named ``name``."""
+
+    name: str
+
+
+@dataclass(frozen=True)
 class Expansion:
     """The expanded graph (outputs: the original outputs at the output coordinate) and its leaves by node id."""
 
     graph: Graph
-    leaves: dict[int, LoadLeaf | TestLeaf]
+    leaves: dict[int, LoadLeaf | TestLeaf | NamedLeaf]
 
 
 def has_moves(graph: Graph) -> bool:
@@ -86,14 +95,14 @@ def fit(coords: Coords, shape: tuple[int, ...], to: tuple[int, ...]) -> Coords:
 
 
 class _Expander:
-    def __init__(self, graph: Graph, syntax: CoordSyntax) -> None:
-        self.graph, self.syntax = graph, syntax
+    def __init__(self, graph: Graph, syntax: CoordSyntax, given: Mapping[int, str]) -> None:
+        self.graph, self.syntax, self.given = graph, syntax, given
         self.builder = _Builder()
-        self.leaves: dict[int, LoadLeaf | TestLeaf] = {}
+        self.leaves: dict[int, LoadLeaf | TestLeaf | NamedLeaf] = {}
         self.done: dict[tuple[int, Coords], int] = {}
         self.leaf_ids: dict[Any, int] = {}
 
-    def leaf(self, leaf: LoadLeaf | TestLeaf, dtype: str) -> int:
+    def leaf(self, leaf: LoadLeaf | TestLeaf | NamedLeaf, dtype: str) -> int:
         if leaf not in self.leaf_ids:
             i = self.builder.add("input", (), TensorSpec((), dtype), index=len(self.leaves))
             self.leaves[i] = leaf
@@ -119,6 +128,8 @@ class _Expander:
 
     def _value(self, i: int, coords: Coords) -> int:
         node = self.graph.nodes[i]
+        if i in self.given:  # the same value at every coordinate the kernel asks for it
+            return self.leaf(NamedLeaf(self.given[i]), node.spec.dtype)
         view = input_view(self.graph, i)
         if view is not None:
             arg, shape, strides = view
@@ -176,12 +187,14 @@ MOVES: dict[str, Callable[[_Expander, Node, Coords], int]] = {"cat": _cat, "pad"
 """How each move op reads its operands: a function of (expander, node, the node's coordinates) -> value id."""
 
 
-def expand(graph: Graph, coords: Coords, syntax: CoordSyntax) -> Expansion:
-    """``graph``'s outputs at output coordinates ``coords`` (one expression per output dim; "0" on size-1 dims)."""
-    ex = _Expander(graph, syntax)
-    outputs = tuple(ex.value(o, coords) for o in graph.outputs)
+def expand(graph: Graph, coords: Coords, syntax: CoordSyntax, roots: Sequence[int] | None = None,
+           given: Mapping[int, str] | None = None) -> Expansion:
+    """The values of ``roots`` (default: the graph's outputs), all of one shape, at coordinates ``coords`` (one
+    expression per dim; "0" on size-1 dims). Nodes in ``given`` are leaves named by the kernel (``NamedLeaf``)."""
+    ex = _Expander(graph, syntax, given or {})
+    outputs = tuple(ex.value(o, coords) for o in (graph.outputs if roots is None else roots))
     return Expansion(Graph(tuple(ex.builder.nodes), outputs), ex.leaves)
 
 
-__all__ = ["Coords", "CoordSyntax", "Expansion", "LoadLeaf", "MOVES", "TestLeaf", "expand", "fit", "has_moves",
+__all__ = ["Coords", "CoordSyntax", "Expansion", "LoadLeaf", "MOVES", "NamedLeaf", "TestLeaf", "expand", "fit", "has_moves",
            "touches_dim0"]

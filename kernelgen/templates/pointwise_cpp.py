@@ -15,7 +15,7 @@ from kernelgen.codegen import cpp_expr
 from kernelgen.space import Constraint, Param, SearchSpace
 from kernelgen.target import Target
 from kernelgen.templates.indexing import dynamic_meta, dynamic_source
-from kernelgen.templates.moves import CoordSyntax, LoadLeaf, expand, touches_dim0
+from kernelgen.templates.moves import CoordSyntax, Expansion, LoadLeaf, TestLeaf, expand, touches_dim0
 from kernelgen.templates.pointwise import PointwiseProblem
 from kernelgen.values import Config, FrozenMap, Source, TensorSpec
 
@@ -176,18 +176,26 @@ COORDS = CoordSyntax(clamp=lambda x, hi: f"kg_iclamp({x}, {hi})", both=lambda a,
                              "{ return x < 0 ? 0 : (x > hi ? hi : x); }")
 
 
+def leaf_env(expansion: Expansion) -> dict[int, str]:
+    """C++ expressions of an expansion's leaves: loads of ``in<arg>``, coordinate tests, named values."""
+    env: dict[int, str] = {}
+    for i, leaf in expansion.leaves.items():
+        if isinstance(leaf, LoadLeaf):
+            env[i] = cpp_expr.load(leaf.dtype, f"in{leaf.arg}[{leaf.offset}]")
+        else:
+            env[i] = leaf.expr if isinstance(leaf, TestLeaf) else leaf.name
+    return env
+
+
 def _moved_body(problem: PointwiseProblem, coords: tuple[str, ...]) -> list[str]:
     """The inner loop's statements for a graph with moves: each leaf is a load at its (shifted) offset or a
     coordinate test; the rest is the op table's C++ over the expanded graph."""
     expansion = expand(problem.graph, coords, COORDS)
-    env: dict[int, str] = {}
-    for i, leaf in expansion.leaves.items():
-        env[i] = (cpp_expr.load(leaf.dtype, f"in{leaf.arg}[{leaf.offset}]") if isinstance(leaf, LoadLeaf)
-                  else leaf.expr)
+    env = leaf_env(expansion)
     graph = expansion.graph
     body = cpp_expr.emit(graph, cpp_expr.dag_nodes(graph, graph.outputs, env), env)
     return body + [cpp_expr.store(spec.dtype, f"q{k}[j]", env[o])
                    for k, (o, spec) in enumerate(zip(graph.outputs, problem.graph.output_specs))]
 
 
-__all__ = ["COORDS", "ENTRY", "collapse", "render", "space"]
+__all__ = ["COORDS", "ENTRY", "collapse", "leaf_env", "render", "space"]

@@ -7,6 +7,7 @@ inputs once), computes the elementwise DAG in float32 and stores each output rou
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from kernelgen.backends.triton_aot import gpu_limits, gpu_space
 from kernelgen.codegen.triton_expr import (HEADER, ExprEmitter, kernel_params, offset_expr, pow2_at_least,
@@ -14,7 +15,7 @@ from kernelgen.codegen.triton_expr import (HEADER, ExprEmitter, kernel_params, o
 from kernelgen.space import Constraint, Param, SearchSpace
 from kernelgen.target import Target
 from kernelgen.templates.indexing import dynamic_meta, dynamic_source
-from kernelgen.templates.moves import CoordSyntax, LoadLeaf, expand, touches_dim0
+from kernelgen.templates.moves import CoordSyntax, Expansion, LoadLeaf, NamedLeaf, expand, touches_dim0
 from kernelgen.templates.pointwise import PointwiseProblem
 from kernelgen.values import Config, FrozenMap, Source
 
@@ -104,6 +105,27 @@ COORDS = CoordSyntax(clamp=lambda x, hi: f"tl.minimum(tl.maximum({x}, 0), {hi})"
 """Index arithmetic for cat/pad in Triton (``kernelgen.templates.moves``)."""
 
 
+def leaf_names(expansion: Expansion, lines: list[str], interp: bool,
+               per_lane: Callable[[str], bool] = lambda offset: offset != "0") -> dict[int, str]:
+    """Statements (appended to ``lines``) computing an expansion's leaves into ``x<id>``: loads of ``in<arg>``
+    (under ``mask`` when ``per_lane(offset)``, else one in-bounds scalar load), coordinate tests, named values;
+    returns the names by leaf id."""
+    names: dict[int, str] = {}
+    for i, leaf in expansion.leaves.items():
+        if isinstance(leaf, NamedLeaf):
+            names[i] = leaf.name
+            continue
+        if isinstance(leaf, LoadLeaf):
+            lane = per_lane(leaf.offset)
+            ptr = f"in{leaf.arg}" if leaf.scalar else f"in{leaf.arg} + {leaf.offset}"
+            loaded = f"tl.load({ptr}, mask=mask, other=0)" if lane else f"tl.load({ptr})"
+            lines.append(f"    x{i} = {to_compute(loaded, leaf.dtype, interp)}")
+        else:
+            lines.append(f"    x{i} = {leaf.expr}")
+        names[i] = f"x{i}"
+    return names
+
+
 def _moved_source(problem: PointwiseProblem, config: Config, lines: list[str], dyn: int | None, per_n0: int,
                   interp: bool) -> Source:
     """A graph with moves: every coordinate of the flat index is recovered, loads read at shifted offsets
@@ -121,15 +143,7 @@ def _moved_source(problem: PointwiseProblem, config: Config, lines: list[str], d
             coords[-1] = f"c{d}"
         inner *= max(shape[d], 1)
     expansion = expand(graph, tuple(reversed(coords)), COORDS)
-    names: dict[int, str] = {}
-    for i, leaf in expansion.leaves.items():
-        if isinstance(leaf, LoadLeaf):
-            ptr = f"in{leaf.arg}" if leaf.scalar else f"in{leaf.arg} + {leaf.offset}"
-            loaded = f"tl.load({ptr})" if leaf.scalar else f"tl.load({ptr}, mask=mask, other=0)"
-            lines.append(f"    x{i} = {to_compute(loaded, leaf.dtype, interp)}")
-        else:
-            lines.append(f"    x{i} = {leaf.expr}")
-        names[i] = f"x{i}"
+    names = leaf_names(expansion, lines, interp)
     emitter = ExprEmitter(expansion.graph, names, interpreter=interp)
     compute = [i for i in range(len(expansion.graph.nodes)) if i not in names]
     lines += ["    " + line for line in emitter.emit(compute)]

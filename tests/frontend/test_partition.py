@@ -255,3 +255,12 @@ def test_softmax_backward_fma_is_lowered_not_left_to_aten():
     assert any(torch.ops.prims.fma.default in ops for _, ops in regions)
     assert not [n for n in found.left if n.target is torch.ops.prims.fma.default]
     _installed_matches_aten(fn, *inputs)
+
+
+def test_cumsum_with_prologue_and_epilogue_is_one_scan_region():
+    fn = lambda x, b: torch.cumsum(x * 2 + b, -1).relu()  # noqa: E731
+    inputs = (torch.randn(3, 5, 9), torch.randn(9))
+    regions, found = regions_of(fn, *inputs)
+    assert regions == [("scan", [aten.mul.Tensor, aten.add.Tensor, aten.cumsum.default, aten.relu.default])]
+    _installed_matches_aten(fn, *inputs)
+    _installed_matches_aten(lambda m: m.cumsum(-1) * 3, torch.randint(-5, 5, (4, 6), dtype=torch.int32))  # int64
