@@ -49,11 +49,11 @@ MOVE_OPS = frozenset({"cat", "pad"})
 ``cat(a, b, ...; dim)`` of same-rank values along ``dim``; ``pad(x; pads, value)`` with ``pads`` one
 ``(before, after)`` pair per dim (negative crops) and ``value`` outside the window."""
 SCAN_OPS = frozenset({"cumsum", "cumprod"})
-"""Inclusive scans over the last dimension (same shape as their input, which is already in the node's dtype).
-Eager's accumulator: int64 for integers, float32 for float16/bfloat16, float64 for float32 on CPU."""
+"""Inclusive scans along dim ``dim`` (same shape as their input, which is already in the node's dtype). Eager's
+accumulator: int64 for integers, float32 for float16/bfloat16, float64 for float32 on CPU."""
 OPS = ELEMENTWISE_OPS | REDUCTION_OPS | VIEW_OPS | MOVE_OPS | SCAN_OPS | {"input", "matmul", "attention", "custom_call"}
 """Every op a Graph may hold. Attributes: input(index), const(value), gelu(approximate: "none"|"tanh"),
-reduction ops (none: last dim, keepdim), attention(causal, scale), custom_call(name), cat(dim), pad(pads, value)."""
+reduction ops (none: last dim, keepdim), attention(causal, scale), custom_call(name), cat(dim), pad(pads; inputs: value, fill), cumsum/cumprod(dim)."""
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ def _scan(op: str) -> Any:
 
     def handler(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
         x, dim = _arg(args, kwargs, 0, "input"), _arg(args, kwargs, 1, "dim")
-        if meta is None or not _is_node(x) or not isinstance(dim, int):
+        if meta is None or not _is_node(x) or not isinstance(dim, int) or isinstance(dim, bool):
             raise UnsupportedOpError(f"{op} of {x!r} over dim={dim!r} at `{where}`")
         if meta.dtype == "bool":
             raise UnsupportedOpError(f"{op} to bool at `{where}`; eager PyTorch runs it")
@@ -28,10 +28,7 @@ def _scan(op: str) -> Any:
         rank = len(shape)
         if rank == 0 or shape[dim % rank] == 1:
             return _cast_to(b, x, meta.dtype)
-        if dim % rank != rank - 1:
-            raise UnsupportedOpError(f"{op} over dim={dim} at `{where}`; scans run over the last dimension "
-                                     "(dim=-1): transpose outside the compiled function")
-        return b.add(op, (_cast_to(b, x, meta.dtype),), TensorSpec(shape, meta.dtype))
+        return b.add(op, (_cast_to(b, x, meta.dtype),), TensorSpec(shape, meta.dtype), dim=dim % rank)
 
     return handler
 

@@ -90,7 +90,8 @@ def _eval_node(torch: Any, ops: dict, node: Node, values: list, inputs: Sequence
         flat = [p for pair in reversed(pad_pairs(node)) for p in pair]
         return torch.nn.functional.pad(args[0].expand(input_shapes[0]), flat, value=args[1].item())
     if op in ("cumsum", "cumprod"):  # eager's own scan in the node's dtype (its accumulator rules)
-        return getattr(torch, op)(args[0].to(dtype), -1).to(_compute_dtype(torch, dtype))
+        return getattr(torch, op)(args[0].expand(input_shapes[0]).to(dtype), node.attr("dim")).to(
+            _compute_dtype(torch, dtype))
     if op == "matmul":
         return torch.matmul(args[0], args[1])
     if op == "attention":

@@ -1,8 +1,9 @@
-"""Scan template, matching: one inclusive scan (``cumsum``/``cumprod``) over the last dim, with an elementwise
-prologue computing its input and an elementwise epilogue reading its running value, one row per task.
+"""Scan template, matching: one inclusive scan (``cumsum``/``cumprod``) along any dim, with an elementwise
+prologue computing its input and an elementwise epilogue reading its running value, one row per task (a row:
+every element along the scanned dim at one coordinate of the others, read and written through strides).
 
-Every element-by-element part (prologue, epilogue, cat/pad among them) is evaluated at the coordinate
-``(row..., k)`` through ``kernelgen.templates.moves.expand``; the scan node itself is the named value ``sv``
+Every element-by-element part (prologue, epilogue, cat/pad among them) is evaluated at the coordinate whose
+scanned dim is ``k`` through ``kernelgen.templates.moves.expand``; the scan node itself is the named value ``sv``
 (the running value converted to the node's dtype), so the renderers only write the loop and the accumulator.
 """
 
@@ -25,22 +26,39 @@ def accumulator(dtype: str) -> str:
 
 @dataclass(frozen=True)
 class ScanProblem(Problem):
-    """Rows of ``shape[:-1]`` each scanned along ``shape[-1]``: node ``scan`` reads node ``source``."""
+    """Every coordinate of ``shape`` but dim ``dim`` is a row, scanned along ``dim``: node ``scan`` reads ``source``."""
 
     shape: tuple[int, ...]
     scan: int
     source: int
+    dim: int
 
     @property
     def rows(self) -> int:
         n = 1
-        for s in self.shape[:-1]:
+        for s in self.shape:
             n *= s
-        return n
+        return n // self.length
 
     @property
     def length(self) -> int:
-        return self.shape[-1]
+        return self.shape[self.dim]
+
+    def coords(self) -> tuple[str, ...]:
+        """The coordinate of each dim: ``k`` along the scan, ``i<d>`` on the other dims, "0" on size-1 dims."""
+        return tuple(("0" if self.length == 1 else "k") if d == self.dim else "0" if size == 1 else f"i{d}"
+                     for d, size in enumerate(self.shape))
+
+    def row_dims(self) -> list[int]:
+        """The row dims of size > 1, outermost first."""
+        return [d for d, size in enumerate(self.shape) if d != self.dim and size != 1]
+
+    def out_strides(self) -> tuple[int, ...]:
+        strides, acc = [], 1
+        for size in reversed(self.shape):
+            strides.append(acc)
+            acc *= size
+        return tuple(reversed(strides))
 
 
 class ScanTemplate(Template):
@@ -65,7 +83,8 @@ class ScanTemplate(Template):
                 below.add(i)
         if any(is_input_view(graph, o) for o in graph.outputs) or len(set(graph.outputs)) != len(graph.outputs):
             return None  # returning an input (or the same value twice) is a copy, not a kernel
-        return ScanProblem(graph=graph, shape=shape, scan=scan, source=graph.nodes[scan].inputs[0])
+        return ScanProblem(graph=graph, shape=shape, scan=scan, source=graph.nodes[scan].inputs[0],
+                           dim=graph.nodes[scan].attr("dim", len(shape) - 1))
 
 
 TEMPLATE = ScanTemplate()

@@ -1,4 +1,5 @@
-"""C++/OpenMP renderer of the scan template: rows spread over OpenMP threads, each scanned sequentially.
+"""C++/OpenMP renderer of the scan template: rows spread over OpenMP threads, each scanned sequentially along
+the scanned dim (strided when it is not the last).
 
 The accumulator is eager's CPU one (``kernelgen.templates.scan.ACCUMULATOR``: double for float32, int64 for
 every integer, with two's-complement wraparound), and rows are scanned in eager's order, so a cumsum is
@@ -44,13 +45,16 @@ def render(problem: ScanProblem, config: Config, target: Target) -> Source:
     node = graph.nodes[problem.scan]
     dtype = node.spec.dtype
     n_in = len(graph.signature)
-    outer = shape[:-1]
-    dyn = dynamic_source(graph, shape) if outer and not touches_dim0(graph) else None
+    row_dims = problem.row_dims()
+    # a run-time dim 0 must be a row dim (the outermost): a scan along it renders static
+    dyn = dynamic_source(graph, shape) if problem.dim != 0 and not touches_dim0(graph) else None
     rows_c = f"n0 * {problem.rows // graph.dynamic}" if dyn is not None else str(problem.rows)
+    strides = problem.out_strides()
+    base = " + ".join(f"i{d} * {strides[d]}" for d in row_dims) or "0"
+    along = "k" if strides[problem.dim] == 1 else f"k * {strides[problem.dim]}"
 
-    coords = tuple("0" if size == 1 else f"i{d}" for d, size in enumerate(outer)) + \
-        ("0" if problem.length == 1 else "k",)
-    expansion = expand(graph, coords, COORDS, roots=(problem.source, *graph.outputs), given={problem.scan: "sv"})
+    expansion = expand(graph, problem.coords(), COORDS, roots=(problem.source, *graph.outputs),
+                       given={problem.scan: "sv"})
     env = leaf_env(expansion)
     g2 = expansion.graph
     source, outputs = g2.outputs[0], g2.outputs[1:]
@@ -58,7 +62,7 @@ def render(problem: ScanProblem, config: Config, target: Target) -> Source:
     step = [_update(node.op, dtype, env[source]),
             f"const {cpp_expr.compute_type(dtype)} sv = ({cpp_expr.compute_type(dtype)})acc;"]
     epilogue = cpp_expr.emit(g2, cpp_expr.dag_nodes(g2, outputs, env), env)
-    stores = [cpp_expr.store(spec.dtype, f"out{j}[base + k]", env[o])
+    stores = [cpp_expr.store(spec.dtype, f"out{j}[base + {along}]", env[o])
               for j, (o, spec) in enumerate(zip(outputs, graph.output_specs))]
 
     lines = [cpp_expr.PRELUDE, COORDS.prelude, entry_declaration(ENTRY, dyn is not None)]
@@ -73,12 +77,12 @@ def render(problem: ScanProblem, config: Config, target: Target) -> Source:
               f"  #pragma omp parallel for schedule({config['schedule']}) num_threads(num_threads) "
               f"if(rows > 1 && rows * n >= {PARALLEL_MIN})",
               "  for (int64_t r = 0; r < rows; ++r) {"]
-    if outer:
+    if row_dims:
         lines.append("    int64_t rem = r;")
-        for d in range(len(outer) - 1, 0, -1):
-            lines.append(f"    const int64_t i{d} = rem % {outer[d]}; rem /= {outer[d]};")
-        lines.append("    const int64_t i0 = rem;")  # the outermost index needs no size (it may be n0)
-    lines += ["    const int64_t base = r * n;", f"    acc_t acc = {IDENTITY[node.op]};",
+        for d in reversed(row_dims[1:]):
+            lines.append(f"    const int64_t i{d} = rem % {shape[d]}; rem /= {shape[d]};")
+        lines.append(f"    const int64_t i{row_dims[0]} = rem;")  # the outermost needs no size (it may be n0)
+    lines += [f"    const int64_t base = {base};", f"    acc_t acc = {IDENTITY[node.op]};",
               "    for (int64_t k = 0; k < n; ++k) {"]
     lines += ["      " + line for line in (*prologue, *step, *epilogue, *stores)]
     lines += ["    }", "  }", "}", ""]

@@ -1,4 +1,5 @@
-"""Scan template, Triton renderer: one program per row, the row a power-of-two block scanned by ``tl.cumsum`` /
+"""Scan template, Triton renderer: one program per row (strided along the scanned dim when it is not the last),
+the row a power-of-two block scanned by ``tl.cumsum`` /
 ``tl.cumprod`` (a parallel scan in float32 for float16/bfloat16/float32, float64 and int64 otherwise, as eager
 on a GPU). Rows longer than ``MAX_ROW`` elements are left to eager.
 """
@@ -50,16 +51,18 @@ def render(problem: ScanProblem, config: Config, target: Target) -> Source:
              "    r = tl.program_id(0)" + (".to(tl.int64)" if index_64 else ""),
              "    k = tl.arange(0, BLOCK)",
              f"    mask = k < {problem.length}"]
-    outer = shape[:-1]
-    if outer:
+    row_dims = problem.row_dims()
+    if row_dims:
         lines.append("    rem = r")
-        for d in range(len(outer) - 1, 0, -1):
-            lines.append(f"    i{d} = rem % {outer[d]}")
-            lines.append(f"    rem = rem // {outer[d]}")
-        lines.append("    i0 = rem")
-    coords = tuple("0" if size == 1 else f"i{d}" for d, size in enumerate(outer)) + \
-        ("0" if problem.length == 1 else "k",)
-    expansion = expand(graph, coords, COORDS, roots=(problem.source, *graph.outputs), given={problem.scan: "sv"})
+        for d in reversed(row_dims[1:]):
+            lines.append(f"    i{d} = rem % {shape[d]}")
+            lines.append(f"    rem = rem // {shape[d]}")
+        lines.append(f"    i{row_dims[0]} = rem")
+    strides = problem.out_strides()
+    base = " + ".join(f"i{d} * {strides[d]}" for d in row_dims) or "0"
+    along = "k" if strides[problem.dim] == 1 else f"k * {strides[problem.dim]}"
+    expansion = expand(graph, problem.coords(), COORDS, roots=(problem.source, *graph.outputs),
+                       given={problem.scan: "sv"})
     # a load whose offset has no ``k`` is one element per row (row coordinates are always in bounds)
     names = leaf_names(expansion, lines, interp, lambda offset: re.search(r"\bk\b", offset) is not None)
     g2 = expansion.graph
@@ -73,7 +76,7 @@ def render(problem: ScanProblem, config: Config, target: Target) -> Source:
     lines += ["    " + line for line in emitter.emit(dag_nodes(g2, outputs, emitter.names))]
     for j, (out, spec) in enumerate(zip(outputs, graph.output_specs)):
         value = to_storage(f"tl.broadcast_to({emitter.names[out]}, [BLOCK])", spec.dtype, spec.dtype, interp)
-        lines.append(f"    tl.store(out{j} + r * {problem.length} + k, {value}, mask=mask)")
+        lines.append(f"    tl.store(out{j} + {base} + {along}, {value}, mask=mask)")
     meta = FrozenMap({"signature": signature_json(graph), "grid": json.dumps([problem.rows]),
                       "constexprs": json.dumps({"BLOCK": block}), "num_warps": int(config["num_warps"]),
                       "num_stages": 1})

@@ -1,4 +1,4 @@
-"""Functions with one cumsum/cumprod over the last dim (with prologue, epilogue, cat or pad around it) and small
+"""Functions with one cumsum/cumprod along some dim (with prologue, epilogue, cat or pad around it) and small
 inputs for them: shared by the C++ and Triton scan template tests."""
 
 from __future__ import annotations
@@ -49,6 +49,14 @@ def scan_with_a_broadcast_operand(x, s):
     return (x * s).cumsum(-1)  # s: [3, 1] broadcast along the scanned dim
 
 
+def cumsum_along_dim0(x, b):
+    return torch.cumsum(x + b, 0) * 2  # strided rows: every column is scanned down
+
+
+def cumprod_along_a_middle_dim_of_a_transposed_input(x):
+    return x.transpose(1, 2).cumprod(1)
+
+
 def cases():
     return [
         (plain_cumsum, (torch.randn(4, 37),)),
@@ -61,6 +69,8 @@ def cases():
         (bool_mask_count, (torch.randn(4, 10),)),
         (scan_of_a_cat_and_two_outputs, (torch.randn(2, 3), torch.randn(2, 4))),
         (scan_with_a_broadcast_operand, (torch.randn(2, 3, 6), torch.randn(3, 1))),
+        (cumsum_along_dim0, (torch.randn(9, 4), torch.randn(4))),
+        (cumprod_along_a_middle_dim_of_a_transposed_input, (torch.rand(2, 5, 7) + 0.5,)),
     ]
 
 
