@@ -44,16 +44,18 @@ PREDICATE_OPS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "l
 ELEMENTWISE_OPS = UNARY_OPS | BINARY_OPS | {"where", "const"}
 REDUCTION_OPS = frozenset({"sum", "max", "min"})
 VIEW_OPS = frozenset({"reshape", "transpose"})  # reshape only adds/drops size-1 dims; transpose swaps the last two
-MOVE_OPS = frozenset({"cat", "pad"})
+MOVE_OPS = frozenset({"cat", "pad", "gather"})
 """Data movement that a template renders as index arithmetic (``kernelgen.templates.moves``), never a copy:
-``cat(a, b, ...; dim)`` of same-rank values along ``dim``; ``pad(x; pads, value)`` with ``pads`` one
-``(before, after)`` pair per dim (negative crops) and ``value`` outside the window."""
+``cat(a, b, ...; dim)`` of same-rank values along ``dim``; ``pad(x, fill; pads)`` with ``pads`` one
+``(before, after)`` pair per dim (negative crops) and ``fill`` outside the window; ``gather(x, index)`` the rows
+``x[index]`` (an integer tensor indexing dim 0, as ``embedding`` and ``x[index]``: shape index.shape +
+x.shape[1:]); an index out of ``[-len, len)`` reads the nearest row where eager raises (never out of bounds)."""
 SCAN_OPS = frozenset({"cumsum", "cumprod"})
 """Inclusive scans along dim ``dim`` (same shape as their input, which is already in the node's dtype). Eager's
 accumulator: int64 for integers, float32 for float16/bfloat16, float64 for float32 on CPU."""
 OPS = ELEMENTWISE_OPS | REDUCTION_OPS | VIEW_OPS | MOVE_OPS | SCAN_OPS | {"input", "matmul", "attention", "custom_call"}
 """Every op a Graph may hold. Attributes: input(index), const(value), gelu(approximate: "none"|"tanh"),
-reduction ops (none: last dim, keepdim), attention(causal, scale), custom_call(name), cat(dim), pad(pads; inputs: value, fill), cumsum/cumprod(dim)."""
+reduction ops (none: last dim, keepdim), attention(causal, scale), custom_call(name), cat(dim), pad(pads), gather, cumsum/cumprod(dim)."""
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""Lowering handlers for data movement that templates render as index arithmetic: ``torch.cat`` (``aten.cat``)
-and constant padding (``F.pad(mode="constant")``, ``aten.constant_pad_nd``), to the IR's ``cat`` and ``pad`` ops.
+"""Lowering handlers for data movement that templates render as index arithmetic: ``torch.cat`` (``aten.cat``),
+constant padding (``F.pad(mode="constant")``, ``aten.constant_pad_nd``) and row gathers (``F.embedding``,
+``aten.embedding``, ``aten.index`` with one index tensor on dim 0), to the IR's ``cat``, ``pad`` and ``gather``.
 
 Imported by ``kernelgen.lowering_pointwise`` (the handler table lives in ``kernelgen.lowering``). The result's
 dtype and shape are the node's meta (eager's type promotion over every operand); what eager would refuse or
@@ -76,6 +77,39 @@ def _f_pad(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
         raise UnsupportedOpError(f"F.pad mode {mode!r} at `{where}`; only mode='constant' is index arithmetic here")
     return _pad(b, _arg(args, kwargs, 0, "input"), _arg(args, kwargs, 1, "pad"), _arg(args, kwargs, 3, "value"),
                 meta, where)
+
+
+def _gather(b: Any, x: Any, index: Any, meta: Any, where: str) -> int:
+    if meta is None or not (_is_node(x) and _is_node(index)) or b.spec(int(x)).rank == 0:
+        raise UnsupportedOpError(f"row gather of {x!r} by {index!r} at `{where}`")
+    x, index = int(x), int(index)
+    if b.spec(index).dtype not in ("int32", "int64"):
+        raise UnsupportedOpError(f"indexing by a {b.spec(index).dtype} tensor at `{where}`; eager PyTorch runs it")
+    shape = b.spec(index).shape + b.spec(x).shape[1:]
+    if tuple(meta.shape) != shape or 0 in shape:
+        raise UnsupportedOpError(f"row gather of shape {list(meta.shape)} at `{where}`; eager PyTorch runs it")
+    return b.add("gather", (_cast_to(b, x, meta.dtype), index), TensorSpec(shape, meta.dtype))
+
+
+@_handles("embedding")
+def _embedding(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    """F.embedding(input, weight, padding_idx, max_norm, ...): max_norm renormalises the weight in place."""
+    if _arg(args, kwargs, 3, "max_norm") is not None:
+        raise UnsupportedOpError(f"embedding with max_norm at `{where}` writes into the weight; eager PyTorch runs it")
+    return _gather(b, _arg(args, kwargs, 1, "weight"), _arg(args, kwargs, 0, "input"), meta, where)
+
+
+@_handles("aten.embedding")
+def _aten_embedding(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    return _gather(b, _arg(args, kwargs, 0, "weight"), _arg(args, kwargs, 1, "indices"), meta, where)
+
+
+@_handles("aten.index")
+def _aten_index(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    indices = _arg(args, kwargs, 1, "indices")
+    if not isinstance(indices, (list, tuple)) or len(indices) != 1:
+        raise UnsupportedOpError(f"indexing by {indices!r} at `{where}`; only one index tensor on dim 0 is a gather")
+    return _gather(b, _arg(args, kwargs, 0, "self"), indices[0], meta, where)
 
 
 __all__: list[str] = []

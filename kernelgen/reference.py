@@ -89,6 +89,10 @@ def _eval_node(torch: Any, ops: dict, node: Node, values: list, inputs: Sequence
     if op == "pad":  # (before, after) per dim; F.pad lists them from the last dim backwards
         flat = [p for pair in reversed(pad_pairs(node)) for p in pair]
         return torch.nn.functional.pad(args[0].expand(input_shapes[0]), flat, value=args[1].item())
+    if op == "gather":  # an out-of-range index reads the nearest row, as the kernels do (eager raises)
+        rows = input_shapes[0][0]
+        index = torch.where(args[1] < 0, args[1] + rows, args[1]).clamp(0, rows - 1).long()
+        return args[0].expand(input_shapes[0])[index]
     if op in ("cumsum", "cumprod"):  # eager's own scan in the node's dtype (its accumulator rules)
         return getattr(torch, op)(args[0].expand(input_shapes[0]).to(dtype), node.attr("dim")).to(
             _compute_dtype(torch, dtype))

@@ -30,10 +30,13 @@ Coords = tuple[str, ...]  # one integer expression per dim of a node's shape
 @dataclass(frozen=True)
 class CoordSyntax:
     """How a language writes index arithmetic: ``clamp(x, hi)`` puts integer ``x`` into ``[0, hi]``, ``both(a,
-    b)`` is the conjunction of two tests, ``prelude`` defines what they call (prepended to the kernel)."""
+    b)`` is the conjunction of two tests, ``index(arg, offset, n)`` reads the integer at element ``offset`` of
+    argument ``arg`` as a row of ``n`` rows (negative counts from the end, the rest clamped into range), and
+    ``prelude`` defines what they call (prepended to the kernel)."""
 
     clamp: Callable[[str, int], str]
     both: Callable[[str, str], str]
+    index: Callable[[int, str, int], str]
     prelude: str = ""
 
 
@@ -77,13 +80,21 @@ def has_moves(graph: Graph) -> bool:
     return any(n.op in MOVE_OPS for n in graph.nodes)
 
 
+def renderable(graph: Graph) -> bool:
+    """Whether ``expand`` can render every move: a gather's index must be read from an input (its value is a
+    coordinate, so it cannot be an expression of the IR's ops)."""
+    return all(input_view(graph, n.inputs[1]) is not None for n in graph.nodes if n.op == "gather")
+
+
 def touches_dim0(graph: Graph) -> bool:
-    """Whether some move shifts or tests the coordinate of dim 0 (then a run-time batch size cannot be dim 0)."""
+    """Whether some move needs the static size of a dim 0 (then a run-time batch size cannot be dim 0)."""
     for node in graph.nodes:
         if node.op == "cat" and node.attr("dim") == 0:
             return True
         if node.op == "pad" and pad_pairs(node)[0] != (0, 0):
             return True
+        if node.op == "gather" and graph.dynamic and graph.nodes[node.inputs[0]].spec.shape[0] == graph.dynamic:
+            return True  # the rows' count is the clamp's bound
     return False
 
 
@@ -183,7 +194,19 @@ def _pad(ex: _Expander, node: Node, coords: Coords) -> int:
     return ex.select(node.spec, ex.test(tests), ex.value(x, tuple(at)), ex.value(fill, ()))
 
 
-MOVES: dict[str, Callable[[_Expander, Node, Coords], int]] = {"cat": _cat, "pad": _pad}
+def _gather(ex: _Expander, node: Node, coords: Coords) -> int:
+    """``gather``: the row that the index (an input, read at the leading coordinates) names, at the others."""
+    x, index = node.inputs
+    rank = ex.graph.nodes[index].spec.rank
+    arg, shape, strides = input_view(ex.graph, index)
+    at = fit(coords[:rank], node.spec.shape[:rank], shape)
+    offset = " + ".join(c if st == 1 else f"{c} * {st}" for c, st, size in zip(at, strides, shape)
+                        if size != 1 and st != 0 and c != "0") or "0"
+    row = ex.syntax.index(arg, offset, ex.graph.nodes[x].spec.shape[0])
+    return ex.value(x, (row, *coords[rank:]))
+
+
+MOVES: dict[str, Callable[[_Expander, Node, Coords], int]] = {"cat": _cat, "pad": _pad, "gather": _gather}
 """How each move op reads its operands: a function of (expander, node, the node's coordinates) -> value id."""
 
 
@@ -196,5 +219,5 @@ def expand(graph: Graph, coords: Coords, syntax: CoordSyntax, roots: Sequence[in
     return Expansion(Graph(tuple(ex.builder.nodes), outputs), ex.leaves)
 
 
-__all__ = ["Coords", "CoordSyntax", "Expansion", "LoadLeaf", "MOVES", "NamedLeaf", "TestLeaf", "expand", "fit", "has_moves",
+__all__ = ["Coords", "CoordSyntax", "Expansion", "LoadLeaf", "MOVES", "NamedLeaf", "TestLeaf", "expand", "fit", "has_moves", "renderable",
            "touches_dim0"]

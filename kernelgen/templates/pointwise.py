@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from kernelgen.ir import ELEMENTWISE_OPS, MOVE_OPS, Graph
 from kernelgen.templates.base import Problem, Template
 from kernelgen.templates.indexing import Load, consumer_loads, is_input_view
+from kernelgen.templates.moves import renderable
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,8 @@ class PointwiseTemplate(Template):
         if any(is_input_view(graph, o) for o in graph.outputs) or len(set(graph.outputs)) != len(graph.outputs):
             return None  # returning an input (or the same value twice) is a copy, not a kernel
         if any(n.op in MOVE_OPS for n in graph.nodes):
+            if not renderable(graph):
+                return None
             # operands are read at shifted coordinates (IR broadcasting already holds for every edge)
             return PointwiseProblem(graph=graph, shape=shape, loads=(), moves=True)
         found = consumer_loads(graph, shape)

@@ -172,8 +172,10 @@ def render(problem: PointwiseProblem, config: Config, target: Target) -> Source:
 # Index arithmetic for cat/pad (kernelgen.templates.moves): the clamp is defined in the moved kernels only, so
 # the shared prelude (and with it every other kernel's source hash) stays as it is.
 COORDS = CoordSyntax(clamp=lambda x, hi: f"kg_iclamp({x}, {hi})", both=lambda a, b: f"({a} && {b})",
+                     index=lambda arg, offset, n: f"kg_iclamp(kg_iwrap((int64_t)in{arg}[{offset}], {n}), {n - 1})",
                      prelude="static inline int64_t kg_iclamp(int64_t x, int64_t hi) "
-                             "{ return x < 0 ? 0 : (x > hi ? hi : x); }")
+                             "{ return x < 0 ? 0 : (x > hi ? hi : x); }\n"
+                             "static inline int64_t kg_iwrap(int64_t x, int64_t n) { return x < 0 ? x + n : x; }")
 
 
 def leaf_env(expansion: Expansion) -> dict[int, str]:

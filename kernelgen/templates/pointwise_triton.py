@@ -7,7 +7,7 @@ inputs once), computes the elementwise DAG in float32 and stores each output rou
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import re
 
 from kernelgen.backends.triton_aot import gpu_limits, gpu_space
 from kernelgen.codegen.triton_expr import (HEADER, ExprEmitter, kernel_params, offset_expr, pow2_at_least,
@@ -98,15 +98,32 @@ def _source(problem: PointwiseProblem, config: Config, lines: list[str], dyn: in
                       "constexprs": json.dumps({"BLOCK_SIZE": block}), "num_warps": int(config["num_warps"]),
                       "num_stages": 1, **dynamic_meta(graph, dyn),
                       **({"grid_per_n0": json.dumps([0, per_n0, block, 1])} if dyn is not None else {})})
-    return Source("triton", HEADER + "\n".join(lines) + "\n", ENTRY, meta=meta)
+    prelude = COORDS.prelude if problem.moves else ""
+    return Source("triton", HEADER + prelude + "\n".join(lines) + "\n", ENTRY, meta=meta)
 
 
-COORDS = CoordSyntax(clamp=lambda x, hi: f"tl.minimum(tl.maximum({x}, 0), {hi})", both=lambda a, b: f"({a} & {b})")
-"""Index arithmetic for cat/pad in Triton (``kernelgen.templates.moves``)."""
+_LANE = re.compile(r"\b(c\d+|k|offs)\b")  # the per-lane index variables of the pointwise and scan kernels
 
 
-def leaf_names(expansion: Expansion, lines: list[str], interp: bool,
-               per_lane: Callable[[str], bool] = lambda offset: offset != "0") -> dict[int, str]:
+def per_lane(offset: str) -> bool:
+    """Whether an element offset differs between lanes (then its load is masked: a lane past the end may
+    address past the tensor); one that does not is a row's or the kernel's scalar, always in bounds."""
+    return _LANE.search(offset) is not None
+
+
+def _index(arg: int, offset: str, n: int) -> str:
+    loaded = f"tl.load(in{arg} + {offset}, mask=mask, other=0)" if per_lane(offset) else f"tl.load(in{arg} + {offset})"
+    return f"kg_index({loaded}.to(tl.int64), {n})"
+
+
+COORDS = CoordSyntax(clamp=lambda x, hi: f"tl.minimum(tl.maximum({x}, 0), {hi})", both=lambda a, b: f"({a} & {b})",
+                     index=_index,
+                     prelude="@triton.jit\ndef kg_index(i, n):\n    i = tl.where(i < 0, i + n, i)\n"
+                             "    return tl.minimum(tl.maximum(i, 0), n - 1)\n\n\n")
+"""Index arithmetic for cat/pad/gather in Triton (``kernelgen.templates.moves``)."""
+
+
+def leaf_names(expansion: Expansion, lines: list[str], interp: bool) -> dict[int, str]:
     """Statements (appended to ``lines``) computing an expansion's leaves into ``x<id>``: loads of ``in<arg>``
     (under ``mask`` when ``per_lane(offset)``, else one in-bounds scalar load), coordinate tests, named values;
     returns the names by leaf id."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from kernelgen.ir import ELEMENTWISE_OPS, MOVE_OPS, SCAN_OPS, Graph
 from kernelgen.templates.base import Problem, Template
 from kernelgen.templates.indexing import is_input_view
+from kernelgen.templates.moves import renderable
 
 ACCUMULATOR = {"float16": "float32", "bfloat16": "float32", "float32": "float64", "float64": "float64"}
 """Eager's CPU accumulator dtype per result dtype (``at::acc_type<T, false>``); every integer is int64."""
@@ -74,6 +75,8 @@ class ScanTemplate(Template):
             return None
         allowed = ELEMENTWISE_OPS | MOVE_OPS
         if any(i != scan and not is_input_view(graph, i) and n.op not in allowed for i, n in enumerate(graph.nodes)):
+            return None
+        if not renderable(graph):
             return None
         below = {scan}  # the scan's running value exists at the current coordinate only: no move may shift it
         for i, node in enumerate(graph.nodes):

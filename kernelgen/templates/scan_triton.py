@@ -7,7 +7,6 @@ on a GPU). Rows longer than ``MAX_ROW`` elements are left to eager.
 from __future__ import annotations
 
 import json
-import re
 
 from kernelgen.codegen.cpp_expr import dag_nodes
 from kernelgen.codegen.triton_expr import (HEADER, TL_DTYPE, ExprEmitter, compute_dtype, kernel_params,
@@ -63,8 +62,7 @@ def render(problem: ScanProblem, config: Config, target: Target) -> Source:
     along = "k" if strides[problem.dim] == 1 else f"k * {strides[problem.dim]}"
     expansion = expand(graph, problem.coords(), COORDS, roots=(problem.source, *graph.outputs),
                        given={problem.scan: "sv"})
-    # a load whose offset has no ``k`` is one element per row (row coordinates are always in bounds)
-    names = leaf_names(expansion, lines, interp, lambda offset: re.search(r"\bk\b", offset) is not None)
+    names = leaf_names(expansion, lines, interp)  # a load whose offset has no ``k`` is one element of the row
     g2 = expansion.graph
     source, outputs = g2.outputs[0], g2.outputs[1:]
     emitter = ExprEmitter(g2, names, interpreter=interp)
@@ -80,7 +78,7 @@ def render(problem: ScanProblem, config: Config, target: Target) -> Source:
     meta = FrozenMap({"signature": signature_json(graph), "grid": json.dumps([problem.rows]),
                       "constexprs": json.dumps({"BLOCK": block}), "num_warps": int(config["num_warps"]),
                       "num_stages": 1})
-    return Source("triton", HEADER + "\n".join(lines) + "\n", ENTRY, meta=meta)
+    return Source("triton", HEADER + COORDS.prelude + "\n".join(lines) + "\n", ENTRY, meta=meta)
 
 
 __all__ = ["ENTRY", "MAX_ROW", "render", "space"]

@@ -264,3 +264,13 @@ def test_cumsum_with_prologue_and_epilogue_is_one_scan_region():
     assert regions == [("scan", [aten.mul.Tensor, aten.add.Tensor, aten.cumsum.default, aten.relu.default])]
     _installed_matches_aten(fn, *inputs)
     _installed_matches_aten(lambda m: m.cumsum(-1) * 3, torch.randint(-5, 5, (4, 6), dtype=torch.int32))  # int64
+
+
+def test_row_gathers_fuse_as_index_arithmetic():
+    # x[index] (aten.index.Tensor) and F.embedding (aten.embedding) read rows through the index: no copy
+    table, index = torch.randn(10, 4), torch.tensor([[1, 3, 9], [0, 0, 2]])
+    for fn, op in ((lambda w, i: w[i] * 2 + 1, aten.index.Tensor), (lambda w, i: F.embedding(i, w).tanh(), aten.embedding.default)):
+        regions, found = regions_of(fn, table, index)
+        (template, ops), = regions
+        assert template == "pointwise" and ops[0] == op and not found.left
+        _installed_matches_aten(fn, table, index)

@@ -57,6 +57,14 @@ def cat_size_one_operand(a, b):
     return torch.cat([a, b], dim=-1) - 2  # b is one column wide
 
 
+def embedding_rows_scaled(table, index):
+    return F.embedding(index, table) * 2  # a [2, 3] index: [2, 3, 4] rows
+
+
+def embedding_of_a_computed_table_int32_index(table, index, row):
+    return F.embedding(index, table.exp()) + F.pad(row.sin(), (0, 0, 0, 2))  # [3, 4] + [3, 4]
+
+
 def _r(*shape, dtype=torch.float32):
     return torch.randn(*shape).to(dtype)
 
@@ -77,5 +85,8 @@ def cases():
                                    torch.randint(-9, 9, (2, 2), dtype=torch.int32))),
         (cat_of_comparisons, (_r(2, 3), _r(2, 2))),
         (cat_size_one_operand, (_r(3, 4), _r(3, 1))),
+        (embedding_rows_scaled, (_r(10, 4), torch.tensor([[1, 3, 9], [0, 0, 2]]))),
+        (embedding_of_a_computed_table_int32_index, (_r(7, 4), torch.tensor([6, 0, 3], dtype=torch.int32),
+                                                      _r(1, 4))),
         (cat_input_and_computed, (_r(3, 4, dtype=torch.float16), _r(3, 5, dtype=torch.float16))),
     ]

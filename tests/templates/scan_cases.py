@@ -57,6 +57,10 @@ def cumprod_along_a_middle_dim_of_a_transposed_input(x):
     return x.transpose(1, 2).cumprod(1)
 
 
+def scan_of_gathered_rows(table, index):
+    return F.embedding(index, table).cumsum(-1)  # the index is read once per row, not per element
+
+
 def cases():
     return [
         (plain_cumsum, (torch.randn(4, 37),)),
@@ -71,6 +75,7 @@ def cases():
         (scan_with_a_broadcast_operand, (torch.randn(2, 3, 6), torch.randn(3, 1))),
         (cumsum_along_dim0, (torch.randn(9, 4), torch.randn(4))),
         (cumprod_along_a_middle_dim_of_a_transposed_input, (torch.rand(2, 5, 7) + 0.5,)),
+        (scan_of_gathered_rows, (torch.randn(10, 6), torch.tensor([[4, 2], [7, 0]]))),
     ]
 
 

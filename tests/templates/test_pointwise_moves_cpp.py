@@ -7,6 +7,7 @@ import torch
 
 import kernelgen
 from kernelgen.backends import get_backend
+from kernelgen.ir import MOVE_OPS
 from kernelgen.reference import evaluate
 from kernelgen.target import Target
 from kernelgen.templates import match
@@ -21,7 +22,7 @@ def _run(fn, inputs):
     found = match(graph)
     assert found is not None and found[0].name == "pointwise", f"not one pointwise kernel:\n{graph}"
     template, problem = found
-    assert problem.moves and graph.ops() & {"cat", "pad"}
+    assert problem.moves and graph.ops() & MOVE_OPS
     target = Target.current("cpp")
     kernel = get_backend("cpp").compile(template.render(problem, template.default_config(problem, target), target))
     outs = [torch.full(s.shape, 123).to(getattr(torch, s.dtype)) for s in graph.output_specs]
@@ -60,3 +61,20 @@ def test_compiled_function_runs_the_kernel_for_a_pad():
     fn = kernelgen.compile(lambda t: torch.nn.functional.pad(t.tanh(), (2, 2), value=0.5), backend="cpp")
     torch.testing.assert_close(fn(x), torch.nn.functional.pad(x.tanh(), (2, 2), value=0.5))
     assert fn.explain(x)["implementation"] == "pointwise"
+
+
+def test_an_out_of_range_index_reads_the_nearest_row_never_out_of_bounds():
+    # eager raises IndexError; a kernel cannot, so it must not read outside the table: the IR (its reference)
+    # defines the row read as the index wrapped once from the end and clamped into range
+    table, index = torch.randn(5, 3), torch.tensor([0, 7, -2, -9, 4])
+    graph, outs = _run(lambda t, i: torch.nn.functional.embedding(i, t) + 1, (table, index))
+    rows = torch.tensor([0, 4, 3, 0, 4])
+    torch.testing.assert_close(outs[0], table[rows] + 1, rtol=0, atol=0)
+    torch.testing.assert_close(outs[0], evaluate(graph, [table, index])[0], rtol=0, atol=0)
+
+
+def test_a_computed_index_is_not_rendered():
+    # the index's value is a coordinate: it must be read from an input, not computed in the kernel
+    graph = kernelgen.trace(lambda t, i: torch.nn.functional.embedding(i + 1, t), torch.randn(5, 3),
+                            torch.tensor([0, 1]))
+    assert match(graph) is None
