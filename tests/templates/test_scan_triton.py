@@ -37,3 +37,25 @@ def test_scan_matches_eager(index):
         tol = TOL.get(want.dtype, dict(rtol=0, atol=0))
         torch.testing.assert_close(got, want, **tol)
         torch.testing.assert_close(got, ref, **tol)
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "gfx942"])
+def test_scan_and_moved_pointwise_kernels_compile_ahead_of_time_for_gpus(arch, monkeypatch):
+    """The interpreter accepts more than the compiler (scalar pointers under block masks, helper jit functions):
+    compile the kernels for a CUDA and an AMD target without a GPU, as the resource reports do."""
+    from kernelgen.backends.triton_aot import ResourceReport, aot_results
+    from kernelgen.target import Target
+    from tests.templates import moves_cases
+
+    monkeypatch.setenv("KERNELGEN_TRITON_AOT", "0")  # the spaces' defaults, without compiling their candidates
+    picked = {"rotary", "embedding_rows_scaled", "pad_of_a_cat", "scan_of_gathered_rows", "cumsum_along_dim0",
+              "int64_cumprod_wraps", "scan_with_a_broadcast_operand"}
+    target = Target.gpu(arch)
+    sources = []
+    for fn, inputs in moves_cases.cases() + scan_cases.cases():
+        if fn.__name__ in picked:
+            template, problem = match(kernelgen.trace(fn, *inputs))
+            sources.append(template.backend_module("triton").render(problem, template.space(problem, target).default(),
+                                                                     target))
+    results = aot_results(sources, target)
+    assert len(results) == len(picked) and all(isinstance(r, ResourceReport) and r.spills == 0 for r in results), results
