@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kernelgen.ir import MOVE_OPS, Graph, Node, _Builder, pad_pairs
+from kernelgen.ir import Graph, Node, _Builder, pad_pairs
 from kernelgen.templates.indexing import input_view
 from kernelgen.values import TensorSpec
 
@@ -74,10 +74,6 @@ class Expansion:
 
     graph: Graph
     leaves: dict[int, LoadLeaf | TestLeaf | NamedLeaf]
-
-
-def has_moves(graph: Graph) -> bool:
-    return any(n.op in MOVE_OPS for n in graph.nodes)
 
 
 def renderable(graph: Graph) -> bool:
@@ -219,5 +215,5 @@ def expand(graph: Graph, coords: Coords, syntax: CoordSyntax, roots: Sequence[in
     return Expansion(Graph(tuple(ex.builder.nodes), outputs), ex.leaves)
 
 
-__all__ = ["Coords", "CoordSyntax", "Expansion", "LoadLeaf", "MOVES", "NamedLeaf", "TestLeaf", "expand", "fit", "has_moves", "renderable",
+__all__ = ["Coords", "CoordSyntax", "Expansion", "LoadLeaf", "MOVES", "NamedLeaf", "TestLeaf", "expand", "fit", "renderable",
            "touches_dim0"]
