@@ -48,9 +48,19 @@ REDUCTION_OPS = frozenset({"sum", "prod", "max", "min", "argmax", "argmin"})
 INDEX_REDUCTIONS = frozenset({"argmax", "argmin"})
 """Reductions whose result is the int64 position of the extreme value, not a value."""
 VIEW_OPS = frozenset({"reshape", "transpose"})  # reshape only adds/drops size-1 dims; transpose swaps the last two
-OPS = ELEMENTWISE_OPS | REDUCTION_OPS | VIEW_OPS | {"input", "matmul", "attention", "custom_call"}
+MOVE_OPS = frozenset({"cat", "pad", "gather"})
+"""Data movement that a template renders as index arithmetic (``kernelgen.templates.moves``), never a copy:
+``cat(a, b, ...; dim)`` of same-rank values along ``dim``; ``pad(x, fill; pads)`` with ``pads`` one
+``(before, after)`` pair per dim (negative crops) and ``fill`` outside the window; ``gather(x, index)`` the rows
+``x[index]`` (an integer tensor indexing dim 0, as ``embedding`` and ``x[index]``: shape index.shape +
+x.shape[1:]); an index out of ``[-len, len)`` reads the nearest row where eager raises (never out of bounds)."""
+SCAN_OPS = frozenset({"cumsum", "cumprod"})
+"""Inclusive scans along dim ``dim`` (same shape as their input, which is already in the node's dtype). Eager's
+accumulator: int64 for integers, float32 for float16/bfloat16, float64 for float32 on CPU."""
+OPS = ELEMENTWISE_OPS | REDUCTION_OPS | VIEW_OPS | MOVE_OPS | SCAN_OPS | {"input", "matmul", "attention", "custom_call"}
 """Every op a Graph may hold. Attributes: input(index), const(value), gelu(approximate: "none"|"tanh"),
-reduction ops (dims: the reduced dims, absent for the last one; always keepdim), attention(causal, scale), custom_call(name)."""
+reduction ops (dims: the reduced dims, absent for the last one; always keepdim), attention(causal, scale), custom_call(name),
+cat(dim), pad(pads), gather, cumsum/cumprod(dim)."""
 
 
 @dataclass(frozen=True)
@@ -145,6 +155,18 @@ class Graph:
                          f"{n.spec.dtype}{list(n.spec.shape)}")
         lines.append("return " + ", ".join(f"%{i}" for i in self.outputs))
         return "\n".join(lines)
+
+
+def encode_pads(pairs: Sequence[tuple[int, int]]) -> str:
+    """A ``pad`` node's ``pads`` attribute: ``before:after`` per dim, comma separated (a string, so the graph's
+    JSON round trip gives back an equal, hashable node)."""
+    return ",".join(f"{lo}:{hi}" for lo, hi in pairs)
+
+
+def pad_pairs(node: Node) -> tuple[tuple[int, int], ...]:
+    """The ``(before, after)`` pair of every dim of a ``pad`` node."""
+    text = node.attr("pads", "")
+    return tuple((int(lo), int(hi)) for lo, hi in (part.split(":") for part in text.split(","))) if text else ()
 
 
 # ----------------------------------------------------------------------------------------------- shapes
@@ -285,5 +307,5 @@ def _prune(graph: Graph) -> Graph:
     return Graph(tuple(nodes), tuple(remap[i] for i in graph.outputs))
 
 
-__all__ = ["Graph", "Node", "OPS", "ELEMENTWISE_OPS", "INDEX_REDUCTIONS", "PREDICATE_OPS", "REDUCTION_OPS", "broadcast_shapes",
-           "reduced_dims", "trace"]
+__all__ = ["Graph", "Node", "OPS", "ELEMENTWISE_OPS", "INDEX_REDUCTIONS", "MOVE_OPS", "PREDICATE_OPS", "REDUCTION_OPS",
+           "SCAN_OPS", "broadcast_shapes", "encode_pads", "pad_pairs", "reduced_dims", "trace"]

@@ -295,3 +295,19 @@ def _heaviside(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
 @_handles("positive")
 def _positive(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     return int(args[0])
+
+
+@_handles("prims.fma")
+def _fma(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    """Inductor's ``prims.fma(a, b, c)`` (its softmax backward): eager computes ``a * b + c`` with the product
+    rounded, so the IR's mul then add is eager's value (the C++ compiler may still contract it, as for any
+    written-out ``a * b + c``)."""
+    x, y, z = (_arg(args, kwargs, k, n) for k, n in enumerate(("a", "b", "c")))
+    like = next((v for v in (x, y, z) if _is_node(v)), None)
+    if like is None:
+        raise UnsupportedOpError(f"fma of Python numbers at `{where}`")
+    product = b.elementwise("mul", (_operand(b, x, like), _operand(b, y, like)))
+    return b.elementwise("add", (product, _operand(b, z, like)), meta.dtype if meta is not None else None)
+
+
+from kernelgen import lowering_moves, lowering_scans  # noqa: E402,F401  (cat and constant pad; cumsum, cumprod)

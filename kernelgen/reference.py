@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kernelgen.errors import KernelgenError
-from kernelgen.ir import INDEX_REDUCTIONS, REDUCTION_OPS, reduced_dims, Graph, Node
+from kernelgen.ir import INDEX_REDUCTIONS, REDUCTION_OPS, Graph, Node, pad_pairs, reduced_dims
 
 TORCH_NAMED_OPS = ("expm1", "log1p", "log2", "log10", "exp2", "sin", "cos", "tan", "asin", "acos", "atan", "sinh",
                    "cosh", "asinh", "acosh", "atanh", "floor", "ceil", "round", "trunc", "sign", "isnan", "isinf",
@@ -50,13 +50,14 @@ def evaluate(graph: Graph, inputs: Sequence[Any], custom_calls: Callable[[str], 
     ops = _ops(torch)
     values: list[Any] = []
     for node in graph.nodes:
-        values.append(_eval_node(torch, ops, node, values, inputs, custom_calls))
+        shapes = [graph.nodes[j].spec.shape for j in node.inputs]  # a const's value is 0-d whatever its spec
+        values.append(_eval_node(torch, ops, node, values, inputs, custom_calls, shapes))
     return [values[i].to(getattr(torch, graph.nodes[i].spec.dtype)).reshape(graph.nodes[i].spec.shape)
             for i in graph.outputs]
 
 
 def _eval_node(torch: Any, ops: dict, node: Node, values: list, inputs: Sequence[Any],
-               custom_calls: Callable[[str], Callable[..., Any]] | None) -> Any:
+               custom_calls: Callable[[str], Callable[..., Any]] | None, input_shapes: Sequence[Any] = ()) -> Any:
     dtype = getattr(torch, node.spec.dtype)
     args = [values[i] for i in node.inputs]
     op = node.op
@@ -89,6 +90,18 @@ def _eval_node(torch: Any, ops: dict, node: Node, values: list, inputs: Sequence
         return {"sum": x.sum, "max": x.amax, "min": x.amin}[op](dims, keepdim=True)
     if op in ("reshape", "transpose"):
         return args[0].reshape(node.spec.shape) if op == "reshape" else args[0].transpose(-1, -2)
+    if op == "cat":  # operands are already in the node's dtype (the lowering casts them)
+        return torch.cat([values[j].expand(spec) for j, spec in zip(node.inputs, input_shapes)], node.attr("dim"))
+    if op == "pad":  # (before, after) per dim; F.pad lists them from the last dim backwards
+        flat = [p for pair in reversed(pad_pairs(node)) for p in pair]
+        return torch.nn.functional.pad(args[0].expand(input_shapes[0]), flat, value=args[1].item())
+    if op == "gather":  # an out-of-range index reads the nearest row, as the kernels do (eager raises)
+        rows = input_shapes[0][0]
+        index = torch.where(args[1] < 0, args[1] + rows, args[1]).clamp(0, rows - 1).long()
+        return args[0].expand(input_shapes[0])[index]
+    if op in ("cumsum", "cumprod"):  # eager's own scan in the node's dtype (its accumulator rules)
+        return getattr(torch, op)(args[0].expand(input_shapes[0]).to(dtype), node.attr("dim")).to(
+            _compute_dtype(torch, dtype))
     if op == "matmul":
         return torch.matmul(args[0], args[1])
     if op == "attention":

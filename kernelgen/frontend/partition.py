@@ -240,6 +240,10 @@ def _join(node: Any, extra: list[Any], regions: list[Region], region_of: dict[An
     first (vertical fusion: the value stays in registers), then regions reading the same inputs (sibling
     fusion: the shared input is loaded once, the region gets one more output), latest first."""
     producers = sorted({region_of[p] for p in node.all_input_nodes if p in region_of}, reverse=True)
+    if len(producers) > 1:
+        merged = _merge(node, extra, producers, regions, region_of, seen)
+        if merged is not None:
+            return merged
     siblings = sorted({i for i, r in enumerate(regions) if r.nodes and i not in producers
                        and any(p in r.inputs for p in node.all_input_nodes)}, reverse=True)
     for index in producers + siblings:
@@ -251,6 +255,28 @@ def _join(node: Any, extra: list[Any], regions: list[Region], region_of: dict[An
             regions[index] = found
             return index
     return None
+
+
+def _merge(node: Any, extra: list[Any], producers: list[int], regions: list[Region], region_of: dict[Any, int],
+           seen: set[Any]) -> int | None:
+    """Join ``node`` and every producer region into one (the rotary embedding's ``x * cos + cat(-x2, x1) * sin``
+    reads two pointwise regions), when the union is convex and a template covers it: the index of the merged
+    region (the others are emptied), or None."""
+    members = [n for n in node.graph.nodes if n in seen and region_of.get(n) in producers]  # topological order
+    inside = set(members) | {node, *extra}
+    outside = {p for n in inside for p in n.all_input_nodes if p not in inside}
+    if _reaches(members, outside, regions, region_of, seen):
+        return None  # some input of the union depends on one of the regions: one call cannot feed itself
+    found = try_region(members + [node, *extra], seen, (node, *extra))
+    if isinstance(found, str):
+        return None
+    keep = producers[-1]  # the earliest: its call sits before every reader of the others' outputs
+    regions[keep] = found
+    for index in producers[:-1]:
+        regions[index].nodes = []
+    for n in members:
+        region_of[n] = keep
+    return keep
 
 
 def _reaches(start: list[Any], targets: set[Any], regions: list[Region], region_of: dict[Any, int],

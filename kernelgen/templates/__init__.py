@@ -1,7 +1,8 @@
 """Template families and matching: ``match(graph)`` picks the first template, in priority order, that covers it.
 
 Order matters: attention before GEMM (attention contains matmuls), GEMM before row reduction, row
-reduction before pointwise (a pointwise chain is a reduction without reductions).
+reduction before pointwise (a pointwise chain is a reduction without reductions); the scan takes only graphs
+with a scan, which no other template matches.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from kernelgen.ir import Graph
 from kernelgen.templates.base import Problem, Template
 
 log = logging.getLogger(__name__)
-_FAMILIES = ("attention", "gemm", "reduction", "pointwise")
+_FAMILIES = ("attention", "gemm", "reduction", "scan", "pointwise")
 
 
 def templates() -> tuple[Template, ...]:

@@ -15,6 +15,7 @@ from kernelgen.codegen import cpp_expr
 from kernelgen.space import Constraint, Param, SearchSpace
 from kernelgen.target import Target
 from kernelgen.templates.indexing import dynamic_meta, dynamic_source
+from kernelgen.templates.moves import CoordSyntax, Expansion, LoadLeaf, TestLeaf, expand, touches_dim0
 from kernelgen.templates.pointwise import PointwiseProblem
 from kernelgen.values import Config, FrozenMap, Source, TensorSpec
 
@@ -79,7 +80,10 @@ def render(problem: PointwiseProblem, config: Config, target: Target) -> Source:
     out_specs = graph.output_specs
     n_in = len(graph.signature)
     contiguous = tuple(out_specs[0].contiguous_strides()) if problem.shape else ()
-    sizes, strides = collapse(problem.shape, [ld.strides for ld in problem.loads] + [contiguous])
+    if problem.moves:  # every coordinate is named (moves shift them): no dims collapsed
+        sizes, strides = list(problem.shape) or [1], [list(contiguous) or [0]]
+    else:
+        sizes, strides = collapse(problem.shape, [ld.strides for ld in problem.loads] + [contiguous])
     load_strides, out_strides = strides[:-1], strides[-1]
     outer, inner = sizes[:-1], sizes[-1]
     rows = 1
@@ -88,8 +92,9 @@ def render(problem: PointwiseProblem, config: Config, target: Target) -> Source:
     empty = rows * inner == 0  # nothing to compute; keep the entry point so callers need no special case
     inner = max(inner, 1)
 
-    dyn = dynamic_source(graph, problem.shape)
-    lines = [cpp_expr.PRELUDE, entry_declaration(ENTRY, dyn is not None)]
+    # a move along dim 0 needs its static size: such a kernel renders static (families then specialise it)
+    dyn = None if problem.moves and touches_dim0(graph) else dynamic_source(graph, problem.shape)
+    lines = [cpp_expr.PRELUDE, *([COORDS.prelude] if problem.moves else []), entry_declaration(ENTRY, dyn is not None)]
     for a, spec in enumerate(graph.signature):
         t = cpp_expr.storage_type(spec.dtype)
         lines.append(f"  const {t}* __restrict in{a} = (const {t}*)ptrs[{a}];")
@@ -145,8 +150,14 @@ def render(problem: PointwiseProblem, config: Config, target: Target) -> Source:
     for k, spec in enumerate(out_specs):
         t = cpp_expr.storage_type(spec.dtype)
         row_lines.append(f"      {t}* __restrict q{k} = out{k} + {out_offset};")
-    body = cpp_expr.emit(graph, cpp_expr.dag_nodes(graph, graph.outputs, body_env), body_env)
-    body += [cpp_expr.store(spec.dtype, f"q{k}[j]", body_env[o]) for k, (o, spec) in enumerate(zip(graph.outputs, out_specs))]
+    if problem.moves:
+        coords = tuple("0" if size == 1 else f"i{d}" for d, size in enumerate(problem.shape[:-1])) + \
+            (("0" if problem.shape[-1] == 1 else "j"),)
+        body = _moved_body(problem, coords)
+    else:
+        body = cpp_expr.emit(graph, cpp_expr.dag_nodes(graph, graph.outputs, body_env), body_env)
+        body += [cpp_expr.store(spec.dtype, f"q{k}[j]", body_env[o])
+                 for k, (o, spec) in enumerate(zip(graph.outputs, out_specs))]
     lines += row_lines
     if config["simd"]:
         lines.append("      #pragma omp simd")
@@ -158,4 +169,35 @@ def render(problem: PointwiseProblem, config: Config, target: Target) -> Source:
                                                               **dynamic_meta(graph, dyn)))
 
 
-__all__ = ["ENTRY", "collapse", "render", "space"]
+# Index arithmetic for cat/pad (kernelgen.templates.moves): the clamp is defined in the moved kernels only, so
+# the shared prelude (and with it every other kernel's source hash) stays as it is.
+COORDS = CoordSyntax(clamp=lambda x, hi: f"kg_iclamp({x}, {hi})", both=lambda a, b: f"({a} && {b})",
+                     index=lambda arg, offset, n: f"kg_iclamp(kg_iwrap((int64_t)in{arg}[{offset}], {n}), {n - 1})",
+                     prelude="static inline int64_t kg_iclamp(int64_t x, int64_t hi) "
+                             "{ return x < 0 ? 0 : (x > hi ? hi : x); }\n"
+                             "static inline int64_t kg_iwrap(int64_t x, int64_t n) { return x < 0 ? x + n : x; }")
+
+
+def leaf_env(expansion: Expansion) -> dict[int, str]:
+    """C++ expressions of an expansion's leaves: loads of ``in<arg>``, coordinate tests, named values."""
+    env: dict[int, str] = {}
+    for i, leaf in expansion.leaves.items():
+        if isinstance(leaf, LoadLeaf):
+            env[i] = cpp_expr.load(leaf.dtype, f"in{leaf.arg}[{leaf.offset}]")
+        else:
+            env[i] = leaf.expr if isinstance(leaf, TestLeaf) else leaf.name
+    return env
+
+
+def _moved_body(problem: PointwiseProblem, coords: tuple[str, ...]) -> list[str]:
+    """The inner loop's statements for a graph with moves: each leaf is a load at its (shifted) offset or a
+    coordinate test; the rest is the op table's C++ over the expanded graph."""
+    expansion = expand(problem.graph, coords, COORDS)
+    env = leaf_env(expansion)
+    graph = expansion.graph
+    body = cpp_expr.emit(graph, cpp_expr.dag_nodes(graph, graph.outputs, env), env)
+    return body + [cpp_expr.store(spec.dtype, f"q{k}[j]", env[o])
+                   for k, (o, spec) in enumerate(zip(graph.outputs, problem.graph.output_specs))]
+
+
+__all__ = ["COORDS", "ENTRY", "collapse", "leaf_env", "render", "space"]

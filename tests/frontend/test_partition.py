@@ -273,3 +273,70 @@ def test_aten_rules_compute_eager_values():
     assert record.regions >= 1 and all("constant" in reason for reason in record.left.values())
     for got, expected in zip(gm(x), want):
         torch.testing.assert_close(got, expected)
+
+
+# --- data movement and prims (issue 16, part 2) --------------------------------------------------------------
+
+def _installed_matches_aten(fn, *inputs):
+    """compile_graph on fn's ATen graph: the regions' kernels compute what the ATen graph computes."""
+    gm = aten_graph(fn, *inputs)
+    want = gm(*inputs)
+    record = compile_graph(gm, "test")
+    got = gm(*inputs)
+    for g, w in zip(got if isinstance(got, (tuple, list)) else [got], want if isinstance(want, (tuple, list)) else [want]):
+        torch.testing.assert_close(g, w)
+    assert record.runs.get("kernel", 0) == record.regions and not record.runs.get("eager")
+    return record
+
+
+def test_rotary_embedding_is_one_pointwise_region():
+    # Llama's x * cos + rotate_half(x) * sin: the slices stay ATen views, neg + cat + muls + add one kernel.
+    # add reads two producer regions (x * cos, and the cat chain): they merge instead of one reading the other.
+    def rotary(q, cos, sin):
+        h = q.shape[-1] // 2
+        return q * cos + torch.cat((-q[..., h:], q[..., :h]), dim=-1) * sin
+
+    inputs = (torch.randn(2, 3, 8), torch.randn(3, 8), torch.randn(3, 8))
+    regions, found = regions_of(rotary, *inputs)
+    (template, ops), = regions
+    assert template == "pointwise" and aten.cat.default in ops and ops.count(aten.mul.Tensor) == 2
+    assert {n.target for n in found.left} == {aten.slice.Tensor}
+    record = _installed_matches_aten(rotary, *inputs)
+    assert record.regions == 1 and record.fused_ops == record.aten_ops == 5
+
+
+def test_constant_pad_fuses_with_its_producer_and_consumer():
+    fn = lambda x, y: F.pad(x.exp(), (1, 2, 0, 1), value=-2.0) + y  # noqa: E731
+    inputs = (torch.randn(3, 4), torch.randn(4, 7))
+    regions, found = regions_of(fn, *inputs)
+    assert regions == [("pointwise", [aten.exp.default, aten.constant_pad_nd.default, aten.add.Tensor])]
+    _installed_matches_aten(fn, *inputs)
+
+
+def test_softmax_backward_fma_is_lowered_not_left_to_aten():
+    # Inductor decomposes _softmax_backward_data into mul, sum, neg and prims.fma(-y, sum, g * y)
+    fn = lambda g, y: torch.ops.aten._softmax_backward_data(g, y, -1, torch.float32)  # noqa: E731
+    inputs = (torch.randn(4, 8), torch.softmax(torch.randn(4, 8), -1))
+    regions, found = regions_of(fn, *inputs)
+    assert any(torch.ops.prims.fma.default in ops for _, ops in regions)
+    assert not [n for n in found.left if n.target is torch.ops.prims.fma.default]
+    _installed_matches_aten(fn, *inputs)
+
+
+def test_cumsum_with_prologue_and_epilogue_is_one_scan_region():
+    fn = lambda x, b: torch.cumsum(x * 2 + b, -1).relu()  # noqa: E731
+    inputs = (torch.randn(3, 5, 9), torch.randn(9))
+    regions, found = regions_of(fn, *inputs)
+    assert regions == [("scan", [aten.mul.Tensor, aten.add.Tensor, aten.cumsum.default, aten.relu.default])]
+    _installed_matches_aten(fn, *inputs)
+    _installed_matches_aten(lambda m: m.cumsum(-1) * 3, torch.randint(-5, 5, (4, 6), dtype=torch.int32))  # int64
+
+
+def test_row_gathers_fuse_as_index_arithmetic():
+    # x[index] (aten.index.Tensor) and F.embedding (aten.embedding) read rows through the index: no copy
+    table, index = torch.randn(10, 4), torch.tensor([[1, 3, 9], [0, 0, 2]])
+    for fn, op in ((lambda w, i: w[i] * 2 + 1, aten.index.Tensor), (lambda w, i: F.embedding(i, w).tanh(), aten.embedding.default)):
+        regions, found = regions_of(fn, table, index)
+        (template, ops), = regions
+        assert template == "pointwise" and ops[0] == op and not found.left
+        _installed_matches_aten(fn, table, index)

@@ -22,8 +22,8 @@ def relu_add(x, y):
     return torch.relu(x + y)
 def scale(x):
     return x * 2.0
-def uses_cumsum(x):
-    return torch.cumsum(x, dim=-1)
+def uses_flip(x):
+    return torch.flip(x, [-1])
 '''
 
 SPEC = '{shape = [64, 64], dtype = "float32"}'
@@ -50,7 +50,7 @@ BAD_MANIFESTS = {
     "unknown_function": (GOOD.replace("OPS:relu_add", "OPS:nope"), "has no function 'nope'"),
     "specs_do_not_fit": (GOOD.replace(f"[{SPEC}, {SPEC}]", f'[{SPEC}, {{shape = [3, 5], dtype = "float32"}}]'),
                          "relu_add"),
-    "unsupported_op": (f'[[workload]]\nname = "c"\nfunction = "OPS:uses_cumsum"\ninputs = [{SPEC}]\n', "cumsum"),
+    "unsupported_op": (f'[[workload]]\nname = "c"\nfunction = "OPS:uses_flip"\ninputs = [{SPEC}]\n', "flip"),
     "zero_trials": (GOOD + "trials = 0\n", "trials=0 is impossible"),
     "negative_seconds": (GOOD + "seconds = -1.0\n", "seconds=-1.0 is impossible"),
     "bad_dtype": (GOOD.replace('"float32"}, {', '"float99"}, {', 1), "float99"),

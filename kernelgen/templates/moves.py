@@ -1,0 +1,219 @@
+"""Concatenation and constant padding inside a pointwise region, as index arithmetic instead of a copy.
+
+A pointwise kernel computes every node at the output coordinate. ``expand`` rewrites a graph holding ``cat``
+or ``pad`` nodes (``kernelgen.ir.MOVE_OPS``) so that each node is computed at the coordinate its consumer
+reads it at: the k-th operand of a ``cat`` along ``d`` at ``c[d] - offset_k``, a padded value at
+``c[d] - before``; the move itself becomes a ``where`` over a coordinate test. The expanded graph's leaves are
+loads of a kernel argument at an element offset and those tests, both written by the language's
+``CoordSyntax`` (and values the kernel names itself, such as a scan's running value); every other node is an
+elementwise IR op that the language's op table renders as usual. Templates other than pointwise (the scan)
+evaluate their element-by-element parts through it too, so a cat or pad joins them for free.
+Shifted coordinates are clamped into the operand, so a value the select discards never reads out of bounds.
+
+How each move maps coordinates is one row of ``MOVES`` (the table a new move joins); the languages only
+supply the three primitives of ``CoordSyntax``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kernelgen.ir import Graph, Node, _Builder, pad_pairs
+from kernelgen.templates.indexing import input_view
+from kernelgen.values import TensorSpec
+
+Coords = tuple[str, ...]  # one integer expression per dim of a node's shape
+
+
+@dataclass(frozen=True)
+class CoordSyntax:
+    """How a language writes index arithmetic: ``clamp(x, hi)`` puts integer ``x`` into ``[0, hi]``, ``both(a,
+    b)`` is the conjunction of two tests, ``index(arg, offset, n)`` reads the integer at element ``offset`` of
+    argument ``arg`` as a row of ``n`` rows (negative counts from the end, the rest clamped into range), and
+    ``prelude`` defines what they call (prepended to the kernel)."""
+
+    clamp: Callable[[str, int], str]
+    both: Callable[[str, str], str]
+    index: Callable[[int, str, int], str]
+    prelude: str = ""
+
+
+@dataclass(frozen=True)
+class LoadLeaf:
+    """Kernel argument ``arg`` read at element ``offset`` (an integer expression), held as ``dtype``;
+    ``scalar`` when the offset is the constant 0 for every coordinate."""
+
+    arg: int
+    offset: str
+    dtype: str
+
+    @property
+    def scalar(self) -> bool:
+        return self.offset == "0"
+
+
+@dataclass(frozen=True)
+class TestLeaf:
+    """A boolean expression of the coordinates (which operand of a move the coordinate falls in)."""
+
+    expr: str
+
+
+@dataclass(frozen=True)
+class NamedLeaf:
+    """A value the kernel computes itself (a scan's running value), named ``name``."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """The expanded graph (outputs: the original outputs at the output coordinate) and its leaves by node id."""
+
+    graph: Graph
+    leaves: dict[int, LoadLeaf | TestLeaf | NamedLeaf]
+
+
+def renderable(graph: Graph) -> bool:
+    """Whether ``expand`` can render every move: a gather's index must be read from an input (its value is a
+    coordinate, so it cannot be an expression of the IR's ops)."""
+    return all(input_view(graph, n.inputs[1]) is not None for n in graph.nodes if n.op == "gather")
+
+
+def touches_dim0(graph: Graph) -> bool:
+    """Whether some move needs the static size of a dim 0 (then a run-time batch size cannot be dim 0)."""
+    for node in graph.nodes:
+        if node.op == "cat" and node.attr("dim") == 0:
+            return True
+        if node.op == "pad" and pad_pairs(node)[0] != (0, 0):
+            return True
+        if node.op == "gather" and graph.dynamic and graph.nodes[node.inputs[0]].spec.shape[0] == graph.dynamic:
+            return True  # the rows' count is the clamp's bound
+    return False
+
+
+def fit(coords: Coords, shape: tuple[int, ...], to: tuple[int, ...]) -> Coords:
+    """Coordinates in a value of shape ``to`` that a consumer of shape ``shape`` reads at ``coords`` (numpy
+    broadcasting: ``to`` is right-aligned and its size-1 dims are read at 0)."""
+    lead = len(shape) - len(to)
+    return tuple("0" if size == 1 else coords[lead + k] for k, size in enumerate(to))
+
+
+class _Expander:
+    def __init__(self, graph: Graph, syntax: CoordSyntax, given: Mapping[int, str]) -> None:
+        self.graph, self.syntax, self.given = graph, syntax, given
+        self.builder = _Builder()
+        self.leaves: dict[int, LoadLeaf | TestLeaf | NamedLeaf] = {}
+        self.done: dict[tuple[int, Coords], int] = {}
+        self.leaf_ids: dict[Any, int] = {}
+
+    def leaf(self, leaf: LoadLeaf | TestLeaf | NamedLeaf, dtype: str) -> int:
+        if leaf not in self.leaf_ids:
+            i = self.builder.add("input", (), TensorSpec((), dtype), index=len(self.leaves))
+            self.leaves[i] = leaf
+            self.leaf_ids[leaf] = i
+        return self.leaf_ids[leaf]
+
+    def test(self, tests: list[str]) -> int | None:
+        if not tests:
+            return None
+        expr = tests[0]
+        for t in tests[1:]:
+            expr = self.syntax.both(expr, t)
+        return self.leaf(TestLeaf(expr), "bool")
+
+    def select(self, spec: TensorSpec, test: int | None, then: int, other: int) -> int:
+        return then if test is None else self.builder.add("where", (test, then, other), spec)
+
+    def value(self, i: int, coords: Coords) -> int:
+        key = (i, coords)
+        if key not in self.done:
+            self.done[key] = self._value(i, coords)
+        return self.done[key]
+
+    def _value(self, i: int, coords: Coords) -> int:
+        node = self.graph.nodes[i]
+        if i in self.given:  # the same value at every coordinate the kernel asks for it
+            return self.leaf(NamedLeaf(self.given[i]), node.spec.dtype)
+        view = input_view(self.graph, i)
+        if view is not None:
+            arg, shape, strides = view
+            terms = [c if st == 1 else f"{c} * {st}" for c, st, size in zip(coords, strides, shape)
+                     if size != 1 and st != 0 and c != "0"]
+            return self.leaf(LoadLeaf(arg, " + ".join(terms) or "0", node.spec.dtype), node.spec.dtype)
+        if node.op in MOVES:
+            return MOVES[node.op](self, node, coords)
+        inputs = tuple(self.value(j, fit(coords, node.spec.shape, self.graph.nodes[j].spec.shape))
+                       for j in node.inputs)
+        return self.builder.add(node.op, inputs, node.spec, **dict(node.attrs))
+
+    def shifted(self, coord: str, before: int, size: int, clamp: bool) -> str:
+        """The coordinate ``coord - before`` of an operand of ``size`` along the dim, clamped when it may leave it."""
+        if size == 1:
+            return "0"
+        x = coord if before == 0 else f"({coord} - {before})" if before > 0 else f"({coord} + {-before})"
+        return self.syntax.clamp(x, size - 1) if clamp else x
+
+
+def _cat(ex: _Expander, node: Node, coords: Coords) -> int:
+    """``cat`` along ``d``: operand k where ``c[d] < end_k`` (the first such), read at ``c[d] - start_k``."""
+    d = node.attr("dim")
+    c = coords[d]
+    parts, start = [], 0
+    for k, j in enumerate(node.inputs):
+        size = ex.graph.nodes[j].spec.shape[d]
+        last = k == len(node.inputs) - 1
+        at = list(coords)
+        at[d] = ex.shifted(c, start, size, clamp=start > 0 or not last)
+        parts.append((ex.value(j, tuple(at)), None if last else f"({c} < {start + size})"))
+        start += size
+    result = parts[-1][0]
+    for value, test in reversed(parts[:-1]):
+        result = ex.select(node.spec, ex.test([test]), value, result)
+    return result
+
+
+def _pad(ex: _Expander, node: Node, coords: Coords) -> int:
+    """``pad``: the value at ``c - before`` inside the window ``0 <= c - before < size`` on every dim, else the
+    fill value (input 1); a negative ``before``/``after`` crops, and needs no test on that side."""
+    x, fill = node.inputs
+    shape = ex.graph.nodes[x].spec.shape
+    at, tests = [], []
+    for c, (before, after), size in zip(coords, pad_pairs(node), shape):
+        at.append(ex.shifted(c, before, size, clamp=before > 0 or after > 0) if (before, after) != (0, 0) else c)
+        if before > 0:
+            tests.append(f"({c} >= {before})")
+        if after > 0:
+            tests.append(f"({c} < {before + size})")
+    return ex.select(node.spec, ex.test(tests), ex.value(x, tuple(at)), ex.value(fill, ()))
+
+
+def _gather(ex: _Expander, node: Node, coords: Coords) -> int:
+    """``gather``: the row that the index (an input, read at the leading coordinates) names, at the others."""
+    x, index = node.inputs
+    rank = ex.graph.nodes[index].spec.rank
+    arg, shape, strides = input_view(ex.graph, index)
+    at = fit(coords[:rank], node.spec.shape[:rank], shape)
+    offset = " + ".join(c if st == 1 else f"{c} * {st}" for c, st, size in zip(at, strides, shape)
+                        if size != 1 and st != 0 and c != "0") or "0"
+    row = ex.syntax.index(arg, offset, ex.graph.nodes[x].spec.shape[0])
+    return ex.value(x, (row, *coords[rank:]))
+
+
+MOVES: dict[str, Callable[[_Expander, Node, Coords], int]] = {"cat": _cat, "pad": _pad, "gather": _gather}
+"""How each move op reads its operands: a function of (expander, node, the node's coordinates) -> value id."""
+
+
+def expand(graph: Graph, coords: Coords, syntax: CoordSyntax, roots: Sequence[int] | None = None,
+           given: Mapping[int, str] | None = None) -> Expansion:
+    """The values of ``roots`` (default: the graph's outputs), all of one shape, at coordinates ``coords`` (one
+    expression per dim; "0" on size-1 dims). Nodes in ``given`` are leaves named by the kernel (``NamedLeaf``)."""
+    ex = _Expander(graph, syntax, given or {})
+    outputs = tuple(ex.value(o, coords) for o in (graph.outputs if roots is None else roots))
+    return Expansion(Graph(tuple(ex.builder.nodes), outputs), ex.leaves)
+
+
+__all__ = ["Coords", "CoordSyntax", "Expansion", "LoadLeaf", "MOVES", "NamedLeaf", "TestLeaf", "expand", "fit", "renderable",
+           "touches_dim0"]

@@ -1,0 +1,84 @@
+"""Scan template, Triton renderer: one program per row (strided along the scanned dim when it is not the last),
+the row a power-of-two block scanned by ``tl.cumsum`` /
+``tl.cumprod`` (a parallel scan in float32 for float16/bfloat16/float32, float64 and int64 otherwise, as eager
+on a GPU). Rows longer than ``MAX_ROW`` elements are left to eager.
+"""
+
+from __future__ import annotations
+
+import json
+
+from kernelgen.codegen.cpp_expr import dag_nodes
+from kernelgen.codegen.triton_expr import (HEADER, TL_DTYPE, ExprEmitter, compute_dtype, kernel_params,
+                                           pow2_at_least, signature_json, to_storage)
+from kernelgen.errors import UnsupportedOpError
+from kernelgen.space import Param, SearchSpace
+from kernelgen.target import Target
+from kernelgen.templates.moves import expand
+from kernelgen.templates.pointwise_triton import COORDS, leaf_names
+from kernelgen.templates.scan import IDENTITY, ScanProblem
+from kernelgen.values import Config, FrozenMap, Source
+
+ENTRY = "kg_scan"
+MAX_ROW = 16384  # one block holds a row: past this a block no longer fits a program's registers
+
+
+def space(problem: ScanProblem, target: Target) -> SearchSpace:
+    if target.kind == "cpu":  # interpreter: timings mean nothing
+        return SearchSpace([Param("num_warps", (4,))], default={"num_warps": 4})
+    return SearchSpace([Param("num_warps", (1, 2, 4, 8, 16))], default={"num_warps": 4})
+
+
+def _accumulator(dtype: str) -> str:
+    if dtype == "float64":
+        return "tl.float64"
+    return "tl.float32" if dtype.startswith("float") or dtype == "bfloat16" else "tl.int64"
+
+
+def render(problem: ScanProblem, config: Config, target: Target) -> Source:
+    graph, shape = problem.graph, problem.shape
+    node = graph.nodes[problem.scan]
+    dtype = node.spec.dtype
+    block = pow2_at_least(problem.length)
+    if block > MAX_ROW:
+        raise UnsupportedOpError(f"scan rows of {problem.length} elements exceed the Triton scan's {MAX_ROW}; "
+                                 "eager PyTorch runs this graph")
+    interp = target.kind == "cpu"
+    extents = [sum((s - 1) * st for s, st in zip(spec.shape, spec.effective_strides())) + 1 for spec in graph.signature]
+    index_64 = max([problem.rows * problem.length, *extents]) >= 2**31
+    lines = ["@triton.jit", f"def {ENTRY}({', '.join(kernel_params(graph))}, BLOCK: tl.constexpr):",
+             "    r = tl.program_id(0)" + (".to(tl.int64)" if index_64 else ""),
+             "    k = tl.arange(0, BLOCK)",
+             f"    mask = k < {problem.length}"]
+    row_dims = problem.row_dims()
+    if row_dims:
+        lines.append("    rem = r")
+        for d in reversed(row_dims[1:]):
+            lines.append(f"    i{d} = rem % {shape[d]}")
+            lines.append(f"    rem = rem // {shape[d]}")
+        lines.append(f"    i{row_dims[0]} = rem")
+    strides = problem.out_strides()
+    base = " + ".join(f"i{d} * {strides[d]}" for d in row_dims) or "0"
+    along = "k" if strides[problem.dim] == 1 else f"k * {strides[problem.dim]}"
+    expansion = expand(graph, problem.coords(), COORDS, roots=(problem.source, *graph.outputs),
+                       given={problem.scan: "sv"})
+    names = leaf_names(expansion, lines, interp)  # a load whose offset has no ``k`` is one element of the row
+    g2 = expansion.graph
+    source, outputs = g2.outputs[0], g2.outputs[1:]
+    emitter = ExprEmitter(g2, names, interpreter=interp)
+    lines += ["    " + line for line in emitter.emit(dag_nodes(g2, [source], names))]
+    acc = _accumulator(dtype)
+    lines += [f"    x = tl.where(mask, tl.broadcast_to({emitter.names[source]}, [BLOCK]).to({acc}), {IDENTITY[node.op]})",
+              f"    acc = tl.{node.op}(x, 0)",
+              f"    sv = acc.to({TL_DTYPE[compute_dtype(dtype)]})"]
+    lines += ["    " + line for line in emitter.emit(dag_nodes(g2, outputs, emitter.names))]
+    for j, (out, spec) in enumerate(zip(outputs, graph.output_specs)):
+        value = to_storage(f"tl.broadcast_to({emitter.names[out]}, [BLOCK])", spec.dtype, spec.dtype, interp)
+        lines.append(f"    tl.store(out{j} + {base} + {along}, {value}, mask=mask)")
+    meta = FrozenMap({"signature": signature_json(graph), "grid": json.dumps([problem.rows]),
+                      "constexprs": json.dumps({"BLOCK": block}), "num_warps": int(config["num_warps"]),
+                      "num_stages": 1})
+    return Source("triton", HEADER + COORDS.prelude + "\n".join(lines) + "\n", ENTRY, meta=meta)
+
+
+__all__ = ["ENTRY", "MAX_ROW", "render", "space"]

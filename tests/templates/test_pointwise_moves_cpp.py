@@ -1,0 +1,80 @@
+"""cat and constant pad inside a C++ pointwise kernel (index arithmetic, no copy) against eager and the IR reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kernelgen
+from kernelgen.backends import get_backend
+from kernelgen.ir import MOVE_OPS
+from kernelgen.reference import evaluate
+from kernelgen.target import Target
+from kernelgen.templates import match
+from tests.templates import moves_cases
+
+pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")
+TOL = {torch.float16: dict(rtol=2e-3, atol=2e-3)}  # the IR computes float16 in float32 (see kernelgen.ir)
+
+
+def _run(fn, inputs):
+    graph = kernelgen.trace(fn, *inputs)
+    found = match(graph)
+    assert found is not None and found[0].name == "pointwise", f"not one pointwise kernel:\n{graph}"
+    template, problem = found
+    assert problem.moves and graph.ops() & MOVE_OPS
+    target = Target.current("cpp")
+    kernel = get_backend("cpp").compile(template.render(problem, template.default_config(problem, target), target))
+    outs = [torch.full(s.shape, 123).to(getattr(torch, s.dtype)) for s in graph.output_specs]
+    kernel(*inputs, *outs)
+    return graph, outs
+
+
+@pytest.mark.parametrize("index", range(len(moves_cases.cases())),
+                         ids=[f"{fn.__name__}-{args[0].dtype}".replace("torch.", "") for fn, args in moves_cases.cases()])
+def test_moves_match_eager(index):
+    torch.manual_seed(index)
+    fn, inputs = moves_cases.cases()[index]
+    graph, outs = _run(fn, inputs)
+    eager = fn(*inputs)
+    eager = list(eager) if isinstance(eager, tuple) else [eager]
+    for got, ref, want in zip(outs, evaluate(graph, list(inputs)), eager):
+        tol = TOL.get(want.dtype, dict(rtol=2e-6, atol=2e-6) if want.is_floating_point() else dict(rtol=0, atol=0))
+        assert got.dtype == want.dtype and got.shape == want.shape
+        torch.testing.assert_close(got, ref, **tol)
+        torch.testing.assert_close(got, want, **tol)
+
+
+def test_cat_operand_that_is_a_slice_of_a_larger_buffer():
+    """A cat operand that is a column slice of a larger buffer is read through its strides; the columns beyond
+    it (NaN here) never reach the result."""
+    buffer = torch.full((3, 10), float("nan"))
+    buffer[:, :4] = torch.randn(3, 4)
+    view = buffer[:, :4]
+    b = torch.randn(3, 2)
+    graph, outs = _run(lambda a, c: torch.cat([c, a], dim=1) * 2, (view, b))
+    torch.testing.assert_close(outs[0], torch.cat([b, view], 1) * 2)
+
+
+def test_compiled_function_runs_the_kernel_for_a_pad():
+    x = torch.randn(4, 6)
+    fn = kernelgen.compile(lambda t: torch.nn.functional.pad(t.tanh(), (2, 2), value=0.5), backend="cpp")
+    torch.testing.assert_close(fn(x), torch.nn.functional.pad(x.tanh(), (2, 2), value=0.5))
+    assert fn.explain(x)["implementation"] == "pointwise"
+
+
+def test_an_out_of_range_index_reads_the_nearest_row_never_out_of_bounds():
+    # eager raises IndexError; a kernel cannot, so it must not read outside the table: the IR (its reference)
+    # defines the row read as the index wrapped once from the end and clamped into range
+    table, index = torch.randn(5, 3), torch.tensor([0, 7, -2, -9, 4])
+    graph, outs = _run(lambda t, i: torch.nn.functional.embedding(i, t) + 1, (table, index))
+    rows = torch.tensor([0, 4, 3, 0, 4])
+    torch.testing.assert_close(outs[0], table[rows] + 1, rtol=0, atol=0)
+    torch.testing.assert_close(outs[0], evaluate(graph, [table, index])[0], rtol=0, atol=0)
+
+
+def test_a_computed_index_is_not_rendered():
+    # the index's value is a coordinate: it must be read from an input, not computed in the kernel
+    graph = kernelgen.trace(lambda t, i: torch.nn.functional.embedding(i + 1, t), torch.randn(5, 3),
+                            torch.tensor([0, 1]))
+    assert match(graph) is None
