@@ -425,11 +425,13 @@ class CompiledFunction:
                  backend.name, dict(config), reason, path)
         import torch
 
+        from kernelgen.bounds import guarded, index_checks
+
         outputs = tuple((torch.Size(s.shape), getattr(torch, s.dtype)) for s in graph.output_specs)
         picks = None if cap.picks == tuple(range(len(full))) else cap.picks
         inputs = [full[i] for i in cap.picks]
         device = next((a.device for a in inputs if isinstance(a, _Tensor)), torch.device("cpu"))
-        entry = _Entry(getattr(launcher, "launch", launcher), outputs, plan=cap.plan, picks=picks, device=device,
+        entry = _Entry(guarded(getattr(launcher, "launch", launcher), index_checks(graph)), outputs, plan=cap.plan, picks=picks, device=device,
                        grad=any(a.requires_grad for a in inputs), replay=cap.replay, impl=impl.name, config=config,
                        source=source, path=path, digest=impl.source_hash(), reason=reason)
         entry.huge = [bool(_HUGE_ADVICE) and s.numel * s.itemsize >= _HUGE_MIN_BYTES for s in graph.output_specs]

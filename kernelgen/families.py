@@ -150,6 +150,7 @@ class Family:
         """``(implementation, config, launcher)`` for ``config`` of ``impl``, built and checked once; when
         ``may_build`` is False or every candidate fails its check, the family's first built kernel (None when
         there is none yet). The candidates after the choice: each implementation's default, in rank order."""
+        from kernelgen.bounds import guarded, index_checks
         from kernelgen.tune.checked import build_checked, candidates_after
 
         with self.lock:
@@ -163,7 +164,7 @@ class Family:
             picked = build_checked(candidates_after((impl, config), self.impls, self.target), self.target)
             if picked is None:
                 return None
-            launch = getattr(picked.launcher, "launch", picked.launcher)
+            launch = guarded(getattr(picked.launcher, "launch", picked.launcher), index_checks(self.cap.graph))
             key = (picked.impl.name, picked.config.key())
             self.kernels[key] = launch
             self.sources[key] = getattr(picked.launcher, "source_file", None)

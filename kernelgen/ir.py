@@ -53,7 +53,9 @@ MOVE_OPS = frozenset({"cat", "pad", "gather"})
 ``cat(a, b, ...; dim)`` of same-rank values along ``dim``; ``pad(x, fill; pads)`` with ``pads`` one
 ``(before, after)`` pair per dim (negative crops) and ``fill`` outside the window; ``gather(x, index)`` the rows
 ``x[index]`` (an integer tensor indexing dim 0, as ``embedding`` and ``x[index]``: shape index.shape +
-x.shape[1:]); an index out of ``[-len, len)`` reads the nearest row where eager raises (never out of bounds)."""
+x.shape[1:]; ``wrap``: negative indices count from the end, as ``x[index]``, else they are out of range, as in
+``embedding``); an index out of range raises eager's ``IndexError`` before the kernel runs (``kernelgen.bounds``), and
+the kernel itself clamps it to the nearest row, so it never reads out of bounds."""
 SCAN_OPS = frozenset({"cumsum", "cumprod"})
 """Inclusive scans along dim ``dim`` (same shape as their input, which is already in the node's dtype). Eager's
 accumulator: int64 for integers, float32 for float16/bfloat16, float64 for float32 on CPU."""

@@ -79,7 +79,10 @@ def _f_pad(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
                 meta, where)
 
 
-def _gather(b: Any, x: Any, index: Any, meta: Any, where: str) -> int:
+def _gather(b: Any, x: Any, index: Any, meta: Any, where: str, wrap: bool) -> int:
+    """Rows ``x[index]``; ``wrap``: a negative index counts from the end (``x[index]``), else it is out of range
+    (``F.embedding``). An index out of range raises eager's ``IndexError`` before the kernel runs
+    (``kernelgen.bounds``)."""
     if meta is None or not (_is_node(x) and _is_node(index)) or b.spec(int(x)).rank == 0:
         raise UnsupportedOpError(f"row gather of {x!r} by {index!r} at `{where}`")
     x, index = int(x), int(index)
@@ -88,7 +91,7 @@ def _gather(b: Any, x: Any, index: Any, meta: Any, where: str) -> int:
     shape = b.spec(index).shape + b.spec(x).shape[1:]
     if tuple(meta.shape) != shape or 0 in shape:
         raise UnsupportedOpError(f"row gather of shape {list(meta.shape)} at `{where}`; eager PyTorch runs it")
-    return b.add("gather", (_cast_to(b, x, meta.dtype), index), TensorSpec(shape, meta.dtype))
+    return b.add("gather", (_cast_to(b, x, meta.dtype), index), TensorSpec(shape, meta.dtype), wrap=wrap)
 
 
 @_handles("embedding")
@@ -96,12 +99,12 @@ def _embedding(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     """F.embedding(input, weight, padding_idx, max_norm, ...): max_norm renormalises the weight in place."""
     if _arg(args, kwargs, 3, "max_norm") is not None:
         raise UnsupportedOpError(f"embedding with max_norm at `{where}` writes into the weight; eager PyTorch runs it")
-    return _gather(b, _arg(args, kwargs, 1, "weight"), _arg(args, kwargs, 0, "input"), meta, where)
+    return _gather(b, _arg(args, kwargs, 1, "weight"), _arg(args, kwargs, 0, "input"), meta, where, False)
 
 
 @_handles("aten.embedding")
 def _aten_embedding(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
-    return _gather(b, _arg(args, kwargs, 0, "weight"), _arg(args, kwargs, 1, "indices"), meta, where)
+    return _gather(b, _arg(args, kwargs, 0, "weight"), _arg(args, kwargs, 1, "indices"), meta, where, False)
 
 
 @_handles("aten.index")
@@ -109,7 +112,7 @@ def _aten_index(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int
     indices = _arg(args, kwargs, 1, "indices")
     if not isinstance(indices, (list, tuple)) or len(indices) != 1:
         raise UnsupportedOpError(f"indexing by {indices!r} at `{where}`; only one index tensor on dim 0 is a gather")
-    return _gather(b, _arg(args, kwargs, 0, "self"), indices[0], meta, where)
+    return _gather(b, _arg(args, kwargs, 0, "self"), indices[0], meta, where, True)
 
 
 __all__: list[str] = []

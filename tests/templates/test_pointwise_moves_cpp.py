@@ -78,3 +78,31 @@ def test_a_computed_index_is_not_rendered():
     graph = kernelgen.trace(lambda t, i: torch.nn.functional.embedding(i + 1, t), torch.randn(5, 3),
                             torch.tensor([0, 1]))
     assert match(graph) is None
+
+
+@pytest.mark.parametrize("index", [[0, 7, 1], [0, -1, 2]], ids=["past-the-end", "negative"])
+def test_compiled_embedding_raises_eagers_index_error(index):
+    table, good = torch.randn(5, 3), torch.tensor([0, 4, 2])
+    fn = kernelgen.compile(lambda t, i: torch.nn.functional.embedding(i, t) * 2, backend="cpp", partition=False)
+    torch.testing.assert_close(fn(table, good), torch.nn.functional.embedding(good, table) * 2)
+    assert fn.explain(table, good)["implementation"] == "pointwise"  # the gather kernel, with its check
+    bad = torch.tensor(index)
+    with pytest.raises(IndexError):
+        torch.nn.functional.embedding(bad, table)
+    with pytest.raises(IndexError):
+        fn(table, bad)
+
+
+def test_indexing_wraps_negative_rows_as_eager_and_raises_past_them():
+    from kernelgen.frontend import dynamo_backend
+
+    dynamo_backend.register()
+    torch._dynamo.reset()
+    table = torch.randn(5, 3)
+    fn = torch.compile(lambda t, i: t[i] + 1, backend="kernelgen")
+    with dynamo_backend.collect() as graphs:
+        wrapped = torch.tensor([-1, -5, 4])
+        torch.testing.assert_close(fn(table, wrapped), table[wrapped] + 1)
+    assert graphs[0].runs == {"kernel": 1}
+    with pytest.raises(IndexError):
+        fn(table, torch.tensor([0, -6]))
