@@ -155,8 +155,11 @@ def space(problem: ReductionProblem, target: Target) -> SearchSpace:
                Param("tile", columns.TILES), Param("split", (False, True) if splittable else (False,))]
     constraints.append(Constraint("a split row has no online fusion (its chunks span the whole row)",
                                   lambda c: not (c["split"] and c["online"])))
+    # Outside the column structure the tile is pinned to one value that does not depend on the problem, so
+    # a record stays valid for every size of a shape family (a size-dependent pin made the bucket's records
+    # invalid for the generic kernel).
     constraints += [Constraint("the tile only matters in the column structure",
-                               lambda c: c["layout"] == "columns" or c["tile"] == tile),
+                               lambda c: c["layout"] == "columns" or c["tile"] == columns.TILES[1]),
                     Constraint("the column structure has no online fusion, row cache, prefetch or split",
                                lambda c: c["layout"] == "rows" or not (c["online"] or c["cache_row"] or c["prefetch"]
                                                                        or c["split"]))]
@@ -168,7 +171,7 @@ def space(problem: ReductionProblem, target: Target) -> SearchSpace:
     return SearchSpace(params, constraints, default={"rows_per_task": rows, "schedule": "dynamic",
                                                      "online": online, "chunk": _DEFAULT_CHUNK,
                                                      "cache_row": cache, "prefetch": prefetch and not split,
-                                                     "layout": "rows", "tile": tile, "split": split,
+                                                     "layout": "rows", "tile": columns.TILES[1], "split": split,
                                                      } | ({"online": False} if split else {}))
 
 

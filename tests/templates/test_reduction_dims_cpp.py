@@ -14,6 +14,7 @@ from kernelgen.backends import get_backend
 from kernelgen.reference import evaluate
 from kernelgen.target import Target
 from kernelgen.templates import match
+from kernelgen.templates import reduction_cpp_columns as columns
 from kernelgen.values import Config
 
 pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")
@@ -39,7 +40,7 @@ def check(fn: Any, *inputs: Any, layout: str | None = None, **config: Any) -> Co
     if layout == "columns":
         cfg.update(COLUMNS)
     elif layout == "rows":
-        cfg["layout"] = "rows"
+        cfg.update(layout="rows", tile=columns.TILES[1])  # the one tile value the row structure takes
     cfg = Config(cfg)
     kernel = get_backend("cpp").compile(tpl.render(problem, cfg, target))
     outs = [torch.full(s.shape, 7).to(getattr(torch, s.dtype)) for s in graph.output_specs]
