@@ -44,9 +44,10 @@ PREDICATE_OPS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "l
 ELEMENTWISE_OPS = UNARY_OPS | BINARY_OPS | {"where", "const"}
 REDUCTION_OPS = frozenset({"sum", "max", "min"})
 VIEW_OPS = frozenset({"reshape", "transpose"})  # reshape only adds/drops size-1 dims; transpose swaps the last two
-OPS = ELEMENTWISE_OPS | REDUCTION_OPS | VIEW_OPS | {"input", "matmul", "attention", "custom_call"}
+OPS = ELEMENTWISE_OPS | REDUCTION_OPS | VIEW_OPS | {"input", "matmul", "attention", "attention_lse", "custom_call"}
 """Every op a Graph may hold. Attributes: input(index), const(value), gelu(approximate: "none"|"tanh"),
-reduction ops (none: last dim, keepdim), attention(causal, scale), custom_call(name)."""
+reduction ops (none: last dim, keepdim), attention(causal, scale) reading (q, k, v[, mask]), attention_lse
+(the same inputs and attributes: the row logsumexp of that attention's scores), custom_call(name)."""
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,7 @@ class Graph:
         abstract = self.to_json()
         for node in abstract["nodes"]:
             node["spec"] = {"rank": len(node["spec"]["shape"]), "dtype": node["spec"]["dtype"]}
-            if node["op"] in ("const", "attention"):
+            if node["op"] in ("const", "attention", "attention_lse"):
                 node["attrs"] = {k: v for k, v in node["attrs"].items() if k not in ("value", "scale")} | (
                     {"value": node["attrs"]["value"]} if node["op"] == "const" else {})
         return content_hash(abstract, 24)
