@@ -106,11 +106,13 @@ def compile_graph(gm: Any, name: str = "graph", options: dict | None = None) -> 
 
     import torch
 
+    from kernelgen.frontend.attention_pattern import fuse_written_attention
     from kernelgen.frontend.partition import is_view, partition
     from kernelgen.frontend.region_op import install
     from kernelgen.frontend.sink_views import sink_views
 
     sink_views(gm)  # a Linear's epilogue on [B, T, N] then reads the GEMM's [B*T, N] output directly
+    fuse_written_attention(gm)  # softmax(q @ kᵀ * c [+ mask]) @ v as the flash op: one attention region
     found = partition(gm)
     record = GraphStats(name)
     if any(isinstance(n.meta.get("val"), torch.SymInt) or
