@@ -273,3 +273,14 @@ def test_fully_masked_rows_give_zero_as_aten(target: Target) -> None:
     bool_mask = mask > -math.inf
     check(flash(True), q, k, v, mask, problem=aten_problem(flash(True), q, k, v, mask), target=target)
     check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), q, k, v, bool_mask, target=target)
+
+
+@by_isa
+@pytest.mark.parametrize("overrides", CONFIGS, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
+def test_masked_causal_logsumexp_configs_from_the_space(overrides: dict, target: Target) -> None:
+    # ragged query and key blocks, the mask's -inf entries in every block, a per-head [1, H, Tq, 1] mask
+    q, k, v = qkv(2, 2, 61, 77, 40)
+    mask = torch.randn(1, 2, 61, 1).expand(1, 2, 61, 77).clone()
+    mask[..., ::3] = -math.inf
+    problem = aten_problem(flash(True), q, k, v, mask)
+    check(flash(True), q, k, v, mask, problem=problem, target=target, **in_lanes(overrides, target))
