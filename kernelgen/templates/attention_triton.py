@@ -113,7 +113,9 @@ def render(problem: AttentionProblem, config: Config, target: Target) -> Source:
     index_64 = max(p.batch * p.heads * p.q_len * p.v_dim,
                    *(sum((s - 1) * st for s, st in zip((p.batch, p.heads, n, dim), op.strides))
                      for op, n, dim in ((p.q, p.q_len, p.head_dim), (p.k, p.kv_len, p.head_dim),
-                                        (p.v, p.kv_len, p.v_dim)))) >= 2**31
+                                        (p.v, p.kv_len, p.v_dim))),
+                   *([sum((s - 1) * st for s, st in zip((p.batch, p.heads, p.q_len, p.kv_len), p.mask.strides))]
+                     if p.mask is not None else [])) >= 2**31
     # Shape-generic: the batch is the run-time n0, only the grid's (batch x heads) axis grows with it.
     dyn = dynamic_source(p.graph, (p.batch, p.heads, p.q_len))
     wide = ".to(tl.int64)" if index_64 or dyn is not None else ""
