@@ -59,10 +59,12 @@ the kernel itself clamps it to the nearest row, so it never reads out of bounds.
 SCAN_OPS = frozenset({"cumsum", "cumprod"})
 """Inclusive scans along dim ``dim`` (same shape as their input, which is already in the node's dtype). Eager's
 accumulator: int64 for integers, float32 for float16/bfloat16, float64 for float32 on CPU."""
-OPS = ELEMENTWISE_OPS | REDUCTION_OPS | VIEW_OPS | MOVE_OPS | SCAN_OPS | {"input", "matmul", "attention", "custom_call"}
+OPS = ELEMENTWISE_OPS | REDUCTION_OPS | VIEW_OPS | MOVE_OPS | SCAN_OPS | {"input", "matmul", "attention", "attention_lse",
+                                                                   "custom_call"}
 """Every op a Graph may hold. Attributes: input(index), const(value), gelu(approximate: "none"|"tanh"),
-reduction ops (dims: the reduced dims, absent for the last one; always keepdim), attention(causal, scale), custom_call(name),
-cat(dim), pad(pads), gather, cumsum/cumprod(dim)."""
+reduction ops (dims: the reduced dims, absent for the last one; always keepdim), attention(causal, scale) reading
+(q, k, v[, mask]), attention_lse (the same inputs and attributes: the row logsumexp of that attention's scores),
+custom_call(name), cat(dim), pad(pads), gather(wrap), cumsum/cumprod(dim)."""
 
 
 @dataclass(frozen=True)
@@ -143,7 +145,7 @@ class Graph:
         abstract = self.to_json()
         for node in abstract["nodes"]:
             node["spec"] = {"rank": len(node["spec"]["shape"]), "dtype": node["spec"]["dtype"]}
-            if node["op"] in ("const", "attention"):
+            if node["op"] in ("const", "attention", "attention_lse"):
                 node["attrs"] = {k: v for k, v in node["attrs"].items() if k not in ("value", "scale")} | (
                     {"value": node["attrs"]["value"]} if node["op"] == "const" else {})
         return content_hash(abstract, 24)

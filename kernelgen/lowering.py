@@ -455,15 +455,19 @@ def _addmm(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
 @_handles("scaled_dot_product_attention")
 def _attention(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     q, k, v = (int(a) for a in args[:3])
-    if _arg(args, kwargs, 3, "attn_mask") is not None or _arg(args, kwargs, 4, "dropout_p", 0.0):
-        raise UnsupportedOpError(f"attention with attn_mask or dropout at `{where}`; use is_causal or no mask")
+    mask = _arg(args, kwargs, 3, "attn_mask")
+    if _arg(args, kwargs, 4, "dropout_p", 0.0):
+        raise UnsupportedOpError(f"attention with dropout at `{where}`; pass dropout_p=0")
+    if mask is not None and not _is_node(mask):
+        raise UnsupportedOpError(f"attention with a constant attn_mask at `{where}`; pass the mask as an argument")
     if kwargs.get("enable_gqa"):
         raise UnsupportedOpError(f"grouped-query attention at `{where}`")
     causal = bool(_arg(args, kwargs, 5, "is_causal", False))
     scale = kwargs.get("scale")
     head_dim = b.spec(q).shape[-1]
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(head_dim)
-    return b.add("attention", (q, k, v), TensorSpec(meta.shape, meta.dtype), causal=causal, scale=scale)
+    operands = (q, k, v) if mask is None else (q, k, v, int(mask))  # bool (False hides a key) or additive
+    return b.add("attention", operands, TensorSpec(meta.shape, meta.dtype), causal=causal, scale=scale)
 
 
 @_handles("custom_call")

@@ -43,6 +43,17 @@ def _ops(torch: Any) -> dict[str, Callable[..., Any]]:
     }
 
 
+def _float_mask(torch: Any, args: list) -> Any:
+    """An attention's mask (its fourth input) as an additive one of the query's dtype (bool: False is -inf)."""
+    if len(args) < 4:
+        return None
+    mask = args[3]
+    if mask.dtype == torch.bool:
+        dtype = args[0].dtype
+        return torch.where(mask, torch.zeros((), dtype=dtype), torch.full((), -math.inf, dtype=dtype))
+    return mask.to(args[0].dtype)
+
+
 def evaluate(graph: Graph, inputs: Sequence[Any], custom_calls: Callable[[str], Callable[..., Any]] | None = None) -> list[Any]:
     """The graph's outputs for torch tensors ``inputs`` (in argument order), computed eagerly."""
     import torch
@@ -105,8 +116,15 @@ def _eval_node(torch: Any, ops: dict, node: Node, values: list, inputs: Sequence
     if op == "matmul":
         return torch.matmul(args[0], args[1])
     if op == "attention":
-        return torch.nn.functional.scaled_dot_product_attention(*args, is_causal=node.attr("causal"),
-                                                                scale=node.attr("scale"))
+        return torch.nn.functional.scaled_dot_product_attention(*args[:3], attn_mask=_float_mask(torch, args),
+                                                                is_causal=node.attr("causal"), scale=node.attr("scale"))
+    if op == "attention_lse":
+        # ATen's CPU flash op defines the statistic (fully hidden rows give 0): it is what the backward reads
+        q, k, v = (a if a.dim() == 4 else a.unsqueeze(1) for a in args[:3])
+        mask = _float_mask(torch, args)
+        lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, node.attr("causal"), attn_mask=mask, scale=node.attr("scale"))[1]
+        return lse if args[0].dim() == 4 else lse.squeeze(1)
     if op == "custom_call":
         if custom_calls is None:
             raise KernelgenError(f"custom call {node.attr('name')!r} needs the registry to evaluate")

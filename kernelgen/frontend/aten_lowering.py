@@ -123,20 +123,36 @@ _handles("aten.var_mean")(_moments("var_mean"))
 _handles("aten.std_mean")(_moments("std_mean"))
 
 
-@_handles("aten._scaled_dot_product_flash_attention_for_cpu", "aten._scaled_dot_product_flash_attention")
-def _sdpa_flash(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> tuple:
-    """SDPA as the CPU/GPU flash op: (out, logsumexp, ...). Only ``out`` lowers (an inference graph); a graph
-    that reads the logsumexp (for the backward) keeps the op in ATen."""
+def _sdpa_flash(b: Any, args: tuple, kwargs: dict, where: str, cpu: bool) -> tuple:
+    """SDPA as the CPU/GPU flash op: (out, logsumexp, ...). ``out`` lowers with the CPU op's ``attn_mask`` (a
+    float mask of the query's dtype; a bool one was turned into it by SDPA's own decomposition); so does the CPU
+    op's ``logsumexp`` ([B, H, Tq] in float32, or float64 for float64 inputs: what its backward reads), so a
+    training forward's attention is a region too. The GPU op's statistics (another format) stay refused."""
     q, k, v = (int(a) for a in args[:3])
     dropout = _arg(args, kwargs, 3, "dropout_p", 0.0)
-    if dropout or kwargs.get("attn_mask") is not None or kwargs.get("return_debug_mask"):
-        raise UnsupportedOpError(f"attention with dropout or a mask at `{where}`")
+    mask = kwargs.get("attn_mask")
+    if dropout or kwargs.get("return_debug_mask"):
+        raise UnsupportedOpError(f"attention with dropout at `{where}`")
+    if mask is not None and not _is_node(mask):
+        raise UnsupportedOpError(f"attention with a constant mask {mask!r} at `{where}`")
     causal = bool(_arg(args, kwargs, 4, "is_causal", False))
     scale = kwargs.get("scale")
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(b.spec(q).shape[-1])
-    spec = TensorSpec(b.spec(q).shape[:-1] + b.spec(v).shape[-1:], b.spec(q).dtype)
-    out = b.add("attention", (q, k, v), spec, causal=causal, scale=scale)
-    return (_ref(out),) + (None,) * 8  # the getitem rule refuses the statistics
+    operands = (q, k, v) if mask is None else (q, k, v, int(mask))
+    q_spec = b.spec(q)
+    out = b.add("attention", operands, TensorSpec(q_spec.shape[:-1] + b.spec(v).shape[-1:], q_spec.dtype),
+                causal=causal, scale=scale)
+    if not cpu:
+        return (_ref(out),) + (None,) * 8  # the getitem rule refuses the statistics
+    lse_dtype = "float64" if q_spec.dtype == "float64" else "float32"
+    lse = b.add("attention_lse", operands, TensorSpec(q_spec.shape[:-1], lse_dtype), causal=causal, scale=scale)
+    return (_ref(out), _ref(lse))
+
+
+_handles("aten._scaled_dot_product_flash_attention_for_cpu")(
+    lambda b, args, kwargs, meta, where: _sdpa_flash(b, args, kwargs, where, cpu=True))
+_handles("aten._scaled_dot_product_flash_attention")(
+    lambda b, args, kwargs, meta, where: _sdpa_flash(b, args, kwargs, where, cpu=False))
 
 
 @_handles("aten.mean")

@@ -105,8 +105,7 @@ def compile_graph(gm: Any, name: str = "graph", options: dict | None = None, dir
     ``kernelgen::region`` calls, or with ``direct`` as plain calls for a graph that is only executed)."""
     import operator
 
-    import torch
-
+    from kernelgen.frontend.attention_pattern import fuse_written_attention
     from kernelgen.frontend.cleanup import drop_noop_conversions
     from kernelgen.frontend.partition import is_view, partition
     from kernelgen.frontend.region_op import install
@@ -114,6 +113,7 @@ def compile_graph(gm: Any, name: str = "graph", options: dict | None = None, dir
 
     drop_noop_conversions(gm)  # float32 -> float32 upcasts of the decompositions: no op, no region needed
     sink_views(gm)  # a Linear's epilogue on [B, T, N] then reads the GEMM's [B*T, N] output directly
+    fuse_written_attention(gm)  # softmax(q @ kᵀ * c [+ mask]) @ v as the flash op: one attention region
     found = partition(gm)
     record = GraphStats(name)
     for node in gm.graph.nodes:

@@ -9,7 +9,11 @@ queries turns scores into probabilities with an inline polynomial exp, and the P
 output rows it loads by exp(old max - new max), so there is no separate max or rescale pass. Causal
 attention follows ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``, which the
 reference evaluates: query i sees keys 0..i (top-left alignment, also when q_len != kv_len); key blocks
-past a query block's last visible key are skipped, not masked.
+past a query block's last visible key are skipped, not masked. An ``attn_mask`` (additive, or bool with False
+hiding a key) is read through its strides, broadcast dims at stride 0, into a block laid out as the scores and
+added by the Q·Kᵀ tile as it stores them; masked scores are -inf (the kernel is built with infinities on), a
+query with no visible key gets output 0 and logsumexp 0 as in ATen's CPU kernel. With a ``lse`` output the
+task also writes each query's max + log(sum), the statistic ATen's flash backward reads.
 """
 
 from __future__ import annotations
@@ -131,14 +135,15 @@ static inline vacc vexp(vacc x) {
 
 // What the micro-tile does with its sums: store them; store them and fold their column maxima into `vec`
 // (rows past `nrows` are padding and excluded); the same with the causal mask applied first (score of key
-// row r in column j masked when j < off + r); or add them to c after scaling c's row r by vec[r].
+// row r in column j masked when j < off + r); or add them to c after scaling c's row r by vec[r]. With
+// MASKED, the stored scores first get the additive mask `mk` (laid out as c) added.
 enum Epilogue { STORE_MAX, STORE_MAX_CAUSAL, ACCUMULATE_SCALED };
 
 // c[RB][CB] (+)= sum_k a[r * lda + k * ldk] * b[k * ldb + j]: the register micro-tile of both products.
-template <int RB, int CB, Epilogue EPI>
+template <int RB, int CB, Epilogue EPI, bool MASKED = false>
 static inline void tile(int64_t kd, const acc_t* __restrict a, int64_t lda, int64_t ldk, const acc_t* __restrict b,
                         int64_t ldb, acc_t* __restrict c, int64_t ldc, acc_t* __restrict vec, int64_t nrows = RB,
-                        int64_t off = 0) {
+                        int64_t off = 0, const acc_t* __restrict mk = nullptr) {
   constexpr int NV = CB / VL;
   vacc s[RB][NV];
 #pragma GCC unroll 16
@@ -174,6 +179,7 @@ static inline void tile(int64_t kd, const acc_t* __restrict a, int64_t lda, int6
 #pragma GCC unroll 16
       for (int j = 0; j < NV; ++j) {
         vacc x = s[r][j];
+        if constexpr (MASKED) x += *(const vacc_u*)(mk + r * ldc + j * VL);
         if (EPI == STORE_MAX_CAUSAL) x = lane + acc_t(j * VL) < acc_t(off + r) ? vacc{} + NEG_BIG : x;
         *(vacc_u*)(c + r * ldc + j * VL) = x;
         if (r < nrows) m[j] = x > m[j] ? x : m[j];
@@ -206,6 +212,7 @@ static void attend_block(void* const* ptrs, int64_t b, int64_t h, int64_t i0, ac
   acc_t* __restrict sum = mx + BM;            // [BM] running sum
   acc_t* __restrict alpha = sum + BM;         // [BM] this block's max, then the rescale factor
   acc_t* __restrict part = alpha + BM;        // [BM] this block's probability sums
+  acc_t* __restrict mb = part + BM;           // [BN + MR][BM]: the mask block, transposed as the scores
   const int64_t rows = std::min<int64_t>(BM, LQ - i0);
   for (int64_t r = 0; r < BM; ++r) {
     const q_t* src = q + (i0 + std::min<int64_t>(r, rows - 1)) * Q_SS;
@@ -218,6 +225,13 @@ static void attend_block(void* const* ptrs, int64_t b, int64_t h, int64_t i0, ac
   const int64_t kv_end = CAUSAL ? std::min<int64_t>(LK, i0 + rows) : LK;
   for (int64_t j0 = 0; j0 < kv_end; j0 += BN) {
     const int64_t kc = std::min<int64_t>(BN, kv_end - j0);
+    if constexpr (HAS_MASK) {  // S^T's layout; a bool mask is 0 or -inf; the ragged tail's slack rows get 0
+      const m_t* mrow = (const m_t*)ptrs[M_ARG] + b * M_SB + h * M_SH + j0 * M_SK;
+      for (int64_t j = 0; j < kc; ++j)
+        for (int64_t r = 0; r < BM; ++r) mb[j * BM + r] = LOAD_M(mrow[(i0 + std::min<int64_t>(r, rows - 1)) * M_SQ + j * M_SK]);
+      for (int64_t j = kc; j < kc + MR; ++j)
+        for (int64_t r = 0; r < BM; ++r) mb[j * BM + r] = 0;
+    }
     const acc_t* krows;
     int64_t lda;
     if (K_DIRECT) {
@@ -259,15 +273,19 @@ static void attend_block(void* const* ptrs, int64_t b, int64_t h, int64_t i0, ac
       for (int64_t c = 0; c < BM; c += NR) {
         const int64_t off = j0 + j - (i0 + c);  // key row r is masked in columns < off + r
         if (CAUSAL && off + MR - 1 > 0)
-          tile<MR, NR, STORE_MAX_CAUSAL>(D, rows_k, ld, 1, qt + c, BM, st + j * BM + c, BM, alpha + c, nrows, off);
+          tile<MR, NR, STORE_MAX_CAUSAL, HAS_MASK>(D, rows_k, ld, 1, qt + c, BM, st + j * BM + c, BM, alpha + c, nrows,
+                                                   off, mb + j * BM + c);
         else
-          tile<MR, NR, STORE_MAX>(D, rows_k, ld, 1, qt + c, BM, st + j * BM + c, BM, alpha + c, nrows);
+          tile<MR, NR, STORE_MAX, HAS_MASK>(D, rows_k, ld, 1, qt + c, BM, st + j * BM + c, BM, alpha + c, nrows, 0,
+                                            mb + j * BM + c);
       }
     }
     // Online softmax along keys, one vector of queries at a time: its max, running sum and block sum stay
     // in registers while it walks the block's scores (a column of S^T), turning them into probabilities.
     for (int64_t c = 0; c < BM; c += VL) {
-      const vacc m_old = *(const vacc_u*)(mx + c), m = *(const vacc_u*)(alpha + c);
+      const vacc m_old = *(const vacc_u*)(mx + c), m_new = *(const vacc_u*)(alpha + c);
+      // a query with no visible key yet has max -inf: subtract 0 instead, so its scores give e^-inf = 0
+      const vacc m = m_new == vacc{} + NEG_BIG ? vacc{} : m_new;
       const vacc a = vexp(m_old - m);
       vacc p0 = vacc{}, p1 = vacc{};
       int64_t jj = 0;
@@ -286,7 +304,7 @@ static void attend_block(void* const* ptrs, int64_t b, int64_t h, int64_t i0, ac
         p0 += e0;
       }
       *(vacc_u*)(sum + c) = *(const vacc_u*)(sum + c) * a + (p0 + p1);
-      *(vacc_u*)(mx + c) = m;
+      *(vacc_u*)(mx + c) = m_new;
       *(vacc_u*)(alpha + c) = a;
     }
     // O = diag(alpha) O + P^T V, MR queries by NR value columns at a time; the rescale rides on the tile's loads.
@@ -298,18 +316,24 @@ static void attend_block(void* const* ptrs, int64_t b, int64_t h, int64_t i0, ac
         tile<MR, VL, ACCUMULATE_SCALED>(kc, st + r, 1, BM, vrows + c, ldv, ob + r * DVP + c, DVP, alpha + r);
     }
   }
+  // A query whose keys are all hidden sums to 0: its output and logsumexp are 0, as in ATen's CPU kernel.
   for (int64_t r = 0; r < rows; ++r) {
-    const acc_t inv = acc_t(1) / sum[r];
+    const acc_t inv = sum[r] > 0 ? acc_t(1) / sum[r] : acc_t(0);
     out_t* dst = o + (i0 + r) * DV;
     const acc_t* __restrict src = ob + r * DVP;
     for (int64_t d = 0; d < DV; ++d) dst[d] = STORE_OUT(src[d] * inv);
+  }
+  if constexpr (HAS_LSE) {
+    acc_t* lse = (acc_t*)ptrs[LSE_ARG] + (b * H + h) * LQ + i0;
+    for (int64_t r = 0; r < rows; ++r) lse[r] = sum[r] > 0 ? mx[r] + std::log(sum[r]) : acc_t(0);
   }
 }
 
 @ENTRY_HEAD@
   constexpr int64_t NQB = (LQ + BM - 1) / BM;
   const int64_t TASKS = B * H * NQB;
-  constexpr int64_t BUF = D * BM + (BN + 2 * MR) * D + BN * DVP + (BN + MR) * BM + BM * DVP + 4 * BM;
+  constexpr int64_t BUF = D * BM + (BN + 2 * MR) * D + BN * DVP + (BN + MR) * BM + BM * DVP + 4 * BM +
+                          (HAS_MASK ? (BN + MR) * BM : 0);
   if (TASKS == 0) return;
   int nt = num_threads < 1 ? 1 : int(num_threads);
   if (double(B * H) * double(LQ) * double(LK) * double(D + DV) < 131072.0) nt = 1;  // not worth the pool
@@ -337,33 +361,42 @@ def render(problem: AttentionProblem, config: Config, target: Target) -> Source:
     graph = problem.graph
     p = problem
     acc = "double" if p.q.dtype == "float64" else "float"
+    acc_name = "float64" if acc == "double" else "float32"
     consts = {
         "B": p.batch, "H": p.heads, "LQ": p.q_len, "LK": p.kv_len, "D": p.head_dim, "DV": p.v_dim,
         "BM": config["BLOCK_M"], "BN": config["BLOCK_N"], "MR": config["MR"], "NR": config["NR"],
-        "Q_ARG": p.q.arg, "K_ARG": p.k.arg, "V_ARG": p.v.arg, "OUT_ARG": len(graph.signature),
+        "Q_ARG": p.q.arg, "K_ARG": p.k.arg, "V_ARG": p.v.arg, "OUT_ARG": p.output_arg("out"),
+        "LSE_ARG": p.output_arg("lse") or 0, "M_ARG": p.mask.arg if p.mask else 0,
     }
     for name, operand in (("Q", p.q), ("K", p.k), ("V", p.v)):
         consts.update({f"{name}_S{axis}": stride for axis, stride in zip("BHSD", operand.strides)})
+    # the mask's strides over (batch, head, query, key); 0 where it is broadcast (all 0 without a mask)
+    consts.update({f"M_S{axis}": stride for axis, stride in zip("BHQK", p.mask.strides if p.mask else (0,) * 4)})
     # Shape-generic: the batch B is the run-time n0 (only the task count reads it); the rest stays static.
     dyn = dynamic_source(graph, (p.batch, p.heads, p.q_len))
     if dyn is not None:
         del consts["B"]
     head = entry_declaration("kg_attention", dyn is not None) + ("\n  const int64_t B = n0;" if dyn is not None else "")
     header = [
-        "#include <cstdlib>", "#include <algorithm>", "#include <type_traits>",
+        "#include <cstdlib>", "#include <cmath>", "#include <algorithm>", "#include <type_traits>",
         f"typedef {acc} acc_t;",
         *(f"typedef {cpp_expr.storage_type(op.dtype)} {name}_t;" for name, op in (("q", p.q), ("k", p.k), ("v", p.v))),
         f"typedef {cpp_expr.storage_type(p.out_dtype)} out_t;",
+        f"typedef {cpp_expr.storage_type(p.mask.dtype) if p.mask else acc} m_t;",
         *(f"static constexpr int64_t {name} = {value};" for name, value in consts.items()),
         f"static constexpr int VBYTES = {vector_isa(target)[0]};",
         f"static constexpr bool CAUSAL = {'true' if p.causal else 'false'};",
+        f"static constexpr bool HAS_MASK = {'true' if p.mask else 'false'};",
+        f"static constexpr bool HAS_LSE = {'true' if 'lse' in p.outputs else 'false'};",
         *(f"static constexpr bool {name}_NATIVE = {'true' if op.dtype == ('float64' if acc == 'double' else 'float32') else 'false'};"
           for name, op in (("K", p.k), ("V", p.v))),
         f"static constexpr acc_t SCALE = {p.scale!r};",
-        f"static constexpr acc_t NEG_BIG = {'-3.0e38f' if acc == 'float' else '-1.0e300'};",
+        "static constexpr acc_t NEG_BIG = -__builtin_huge_val();  // masked scores (compiled with infinities on)",
         *(f"#define LOAD_{name}(x) ((acc_t){cpp_expr.load(op.dtype, '(x)')})"
           for name, op in (("Q", p.q), ("K", p.k), ("V", p.v))),
         f"#define STORE_OUT(x) ({cpp_expr.convert(p.out_dtype, '(x)')})",
+        "#define LOAD_M(x) (" + ("(x) ? acc_t(0) : NEG_BIG)" if p.mask and p.mask.dtype == "bool" else
+                              f"(acc_t){cpp_expr.load(p.mask.dtype if p.mask else acc_name, '(x)')})"),
     ]
     entry = "kg_attention"
     text = "\n".join([cpp_expr.PRELUDE, *header, _KERNEL.replace("@ENTRY_HEAD@", head)])

@@ -6,6 +6,9 @@ keeping the running row max and row sum in float32 and rescaling the accumulator
 of the tile sees (no mask) and the blocks on the causal diagonal or the key tail (masked); causal blocks
 past the diagonal are skipped. The causal mask follows ``torch.nn.functional.scaled_dot_product_attention``
 (``tril`` of the ``[q_len, kv_len]`` matrix: query i sees keys 0..i), the reference kernelgen checks against.
+An ``attn_mask`` is loaded per key block through its strides (0 on broadcast dims): an additive one is added
+to the scores (times log2(e)), a bool one sets hidden keys to -inf. A query with no visible key gets output 0
+and logsumexp 0, as ATen's CPU kernel gives; the optional ``lse`` output is ``(m + log2(l)) * ln(2)``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from kernelgen.values import Config, FrozenMap, Source
 ENTRY = "kg_attention"
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
 
 
 def head_blocks(problem: AttentionProblem) -> tuple[int, int]:
@@ -80,6 +84,12 @@ def _body(p: AttentionProblem, masked: bool, d_mask: str, dv_mask: str, precisio
         if p.causal:
             keep += " & (offs_n[None, :] <= offs_m[:, None])"
         lines.append(f"qk = tl.where({keep}, qk, float(\"-inf\"))")
+    if p.mask is not None:  # rows past q_len and keys past kv_len read nothing (their scores are never used)
+        m_ptr = tile_offset([("offs_m[:, None]", p.mask.strides[2]), ("offs_n[None, :]", p.mask.strides[3])])
+        m_in = "(offs_m[:, None] < " + str(p.q_len) + ")" + (f" & (offs_n[None, :] < {p.kv_len})" if masked else "")
+        lines.append(f"am = tl.load(m_base + {m_ptr}, mask={m_in}, other=0)")
+        lines.append("qk = tl.where(am, qk, float(\"-inf\"))" if p.mask.dtype == "bool" else
+                     f"qk = qk + am.to(tl.float32) * {LOG2E!r}")
     lines += [
         "m_new = tl.maximum(m_i, tl.max(qk, 1))",
         "m_safe = tl.where(m_new == float(\"-inf\"), 0.0, m_new)  # a row with no visible key yet",
@@ -103,7 +113,9 @@ def render(problem: AttentionProblem, config: Config, target: Target) -> Source:
     index_64 = max(p.batch * p.heads * p.q_len * p.v_dim,
                    *(sum((s - 1) * st for s, st in zip((p.batch, p.heads, n, dim), op.strides))
                      for op, n, dim in ((p.q, p.q_len, p.head_dim), (p.k, p.kv_len, p.head_dim),
-                                        (p.v, p.kv_len, p.v_dim)))) >= 2**31
+                                        (p.v, p.kv_len, p.v_dim))),
+                   *([sum((s - 1) * st for s, st in zip((p.batch, p.heads, p.q_len, p.kv_len), p.mask.strides))]
+                     if p.mask is not None else [])) >= 2**31
     # Shape-generic: the batch is the run-time n0, only the grid's (batch x heads) axis grows with it.
     dyn = dynamic_source(p.graph, (p.batch, p.heads, p.q_len))
     wide = ".to(tl.int64)" if index_64 or dyn is not None else ""
@@ -122,6 +134,8 @@ def render(problem: AttentionProblem, config: Config, target: Target) -> Source:
         f"q_base = in{p.q.arg} + {tile_offset([('b', p.q.strides[0]), ('h', p.q.strides[1])])}",
         f"k_base = in{p.k.arg} + {tile_offset([('b', p.k.strides[0]), ('h', p.k.strides[1])])}",
         f"v_base = in{p.v.arg} + {tile_offset([('b', p.v.strides[0]), ('h', p.v.strides[1])])}",
+        *([f"m_base = in{p.mask.arg} + {tile_offset([('b', p.mask.strides[0]), ('h', p.mask.strides[1])])}"]
+          if p.mask is not None else []),
         f"offs_m = (start_m * BLOCK_M + tl.arange(0, BLOCK_M)){wide}",
         f"offs_n0 = tl.arange(0, BLOCK_N){wide}",
         f"offs_d = tl.arange(0, {d})",
@@ -135,11 +149,17 @@ def render(problem: AttentionProblem, config: Config, target: Target) -> Source:
         *("    " + ln for ln in _body(p, False, d_mask, dv_mask, precision)),
         f"for start_n in range(full, {hi}, BLOCK_N):  # causal diagonal and key tail: masked",
         *("    " + ln for ln in _body(p, True, d_mask, dv_mask, precision)),
-        "out = acc / l_i[:, None]",
+        "seen = l_i > 0  # a query with no visible key: output and logsumexp 0, as ATen's CPU kernel",
+        "out = acc / tl.where(seen, l_i, 1.0)[:, None]",
         f"o_mask = (offs_m[:, None] < {p.q_len})" + (f" & {dv_mask}" if dv_mask else ""),
-        f"tl.store(out0 + (bh * {p.q_len} + offs_m[:, None]) * {p.v_dim} + offs_dv[None, :], "
+        f"tl.store(out{p.outputs.index('out')} + (bh * {p.q_len} + offs_m[:, None]) * {p.v_dim} + offs_dv[None, :], "
         f"out.to({TL_DTYPE[p.out_dtype]}), mask=o_mask)",
     ]
+    if "lse" in p.outputs:
+        lse_dtype = "tl.float64" if p.q.dtype == "float64" else "tl.float32"
+        lines[-1:-1] = [f"lse = tl.where(seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0))) * {LN2!r}, 0.0)",
+                        f"tl.store(out{p.outputs.index('lse')} + bh * {p.q_len} + offs_m, lse.to({lse_dtype}), "
+                        f"mask=offs_m < {p.q_len})"]
     if target.kind == "cpu" and p.out_dtype == "bfloat16":
         from kernelgen.codegen.triton_expr import bf16_round
 

@@ -271,6 +271,59 @@ def test_inference_attention_is_one_attention_region():
     assert dict(graphs[0].templates) == {"attention": 1} and graphs[0].runs == {"kernel": 1}
 
 
+class MaskedBlock(nn.Module):
+    """A BERT-style attention block: SDPA (not causal) with the padding mask as an additive [B, 1, 1, T] float
+    or a [B, 1, T, T] bool ``attn_mask``, or none."""
+
+    def __init__(self, mask=None, d: int = 16, heads: int = 2) -> None:
+        super().__init__()
+        self.heads, self.qkv, self.out = heads, nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.register_buffer("mask", mask)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in self.qkv(x).split(c, dim=2))
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask)
+        return x + self.out(y.transpose(1, 2).reshape(b, t, c))
+
+
+def padding_masks(b: int = 2, t: int = 6) -> dict:
+    keep = torch.ones(b, t, dtype=torch.bool)
+    keep[1, 4:] = False  # the second sequence is padded
+    additive = (1.0 - keep[:, None, None, :].float()) * torch.finfo(torch.float32).min
+    return {"none": None, "additive": additive, "bool": keep[:, None, None, :].expand(b, 1, t, t)}
+
+
+@pytest.mark.parametrize("mask", ["none", "additive", "bool"])
+def test_training_attention_block_is_an_attention_region_with_eager_gradients(mask):
+    # the forward reads the flash op's logsumexp for ATen's backward op: the region computes it too
+    torch.manual_seed(0)
+    model, x = MaskedBlock(padding_masks()[mask]), torch.randn(2, 6, 16, requires_grad=True)
+    g = torch.randn(2, 6, 16)
+    with dynamo_backend.collect() as graphs:
+        got, got_grads = grads_of(torch.compile(model, backend="kernelgen"), x, g)
+    want, want_grads = grads_of(model, x, g)
+    torch.testing.assert_close(got, want)
+    for a, b in zip(got_grads, want_grads):
+        torch.testing.assert_close(a, b)
+    forward = next(s for s in graphs if s.name == "forward")
+    assert forward.templates["attention"] == 1, forward.left
+    assert not any("attention" in op for op in forward.left), forward.left
+
+
+def test_masked_inference_attention_is_one_attention_region():
+    def fn(q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    q, k, v = (torch.randn(2, 2, 6, 16) for _ in range(3))
+    for mask in (padding_masks()["additive"], padding_masks()["bool"]):
+        torch._dynamo.reset()
+        with torch.no_grad(), dynamo_backend.collect() as graphs:
+            got = torch.compile(fn, backend="kernelgen")(q, k, v, mask)
+        torch.testing.assert_close(got, fn(q, k, v, mask))
+        assert graphs[0].templates["attention"] == 1 and not any("attention" in op for op in graphs[0].left)
+
+
 def test_relu_backward_constant_is_read_by_the_region_kernel():
     # relu's backward is where(mask, scalar_tensor(0), grad): the constant stays ATen, the region still runs
     # its kernel (with the constant inside the region, the region's retrace failed and it ran eagerly)

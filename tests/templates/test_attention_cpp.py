@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -40,19 +42,24 @@ def problem_of(fn: Any, *inputs: Any) -> Any:
     return found[1]
 
 
-def check(fn: Any, *inputs: Any, threads: int | None = None, target: Target = TARGET, **overrides: Any) -> None:
-    problem = problem_of(fn, *inputs)
+def check(fn: Any, *inputs: Any, threads: int | None = None, target: Target = TARGET, problem: Any = None,
+          **overrides: Any) -> list:
+    """Run the kernel of ``fn``'s graph (or of ``problem``) on ``inputs``; its outputs equal the IR reference's
+    and ``fn``'s (eager). Returns the kernel's outputs."""
+    problem = problem or problem_of(fn, *inputs)
     config = Config({**attention_cpp.space(problem, target).default().to_json(), **overrides})
     kernel = get_backend("cpp").compile(attention_cpp.render(problem, config, target))
     if threads is not None:
         kernel.num_threads = threads
-    spec = problem.graph.output_specs[0]
-    out = torch.full(spec.shape, float("nan")).to(getattr(torch, spec.dtype))
-    kernel(*inputs, out)
+    outs = [torch.full(spec.shape, float("nan")).to(getattr(torch, spec.dtype)) for spec in problem.graph.output_specs]
+    kernel(*inputs, *outs)
     want = fn(*inputs)
-    tol = TOL[want.dtype]
-    torch.testing.assert_close(out, evaluate(problem.graph, list(inputs))[0], **tol)
-    torch.testing.assert_close(out, want, **tol)
+    want = list(want) if isinstance(want, (tuple, list)) else [want]
+    tol = TOL[inputs[0].dtype]
+    for got, ref, eager in zip(outs, evaluate(problem.graph, list(inputs)), want, strict=True):
+        torch.testing.assert_close(got, ref, **tol)
+        torch.testing.assert_close(got, eager, **tol)
+    return outs
 
 
 def qkv(b: int, h: int, lq: int, lk: int, d: int, dv: int | None = None, dtype: torch.dtype = torch.float32):
@@ -175,3 +182,105 @@ def test_bfloat16(target: Target) -> None:
 def test_float64(target: Target) -> None:
     # NR = 8 doubles: one zmm, or two ymm
     check(sdpa(True), *qkv(1, 2, 50, 77, 32, dtype=torch.float64), target=target, MR=4, NR=8)
+
+
+# ------------------------------------------------- masks and the logsumexp output (ATen's CPU flash op)
+
+FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+
+
+def flash(causal: bool = False, scale: float | None = None) -> Any:
+    """ATen's CPU flash op with (out, logsumexp) as a training forward reads them; the mask, if any, last."""
+    def fn(q, k, v, *mask):
+        out, lse = FLASH(q, k, v, 0.0, causal, attn_mask=mask[0] if mask else None, scale=scale)
+        return out, lse
+    return fn
+
+
+def aten_problem(fn: Any, *inputs: Any) -> Any:
+    """The attention problem of ``fn`` as the torch.compile backend lowers it (ATen graph, both outputs)."""
+    from kernelgen.frontend.partition import aten_graph_of
+    from kernelgen.values import TensorSpec
+
+    graph = aten_graph_of(fn, [TensorSpec.of(t) for t in inputs])
+    assert graph is not None, "the flash op did not lower as one region"
+    found = match(graph)
+    assert found is not None and found[0].name == "attention", f"the attention template did not match\n{graph}"
+    return found[1]
+
+
+@by_isa
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_logsumexp_is_atens_statistic(causal: bool, target: Target) -> None:
+    inputs = qkv(2, 3, 37, 53, 24)
+    problem = aten_problem(flash(causal), *inputs)
+    assert problem.outputs == ("out", "lse")
+    out, lse = check(flash(causal), *inputs, problem=problem, target=target, threads=2)
+    assert lse.dtype == torch.float32 and lse.shape == (2, 3, 37)
+
+
+def test_logsumexp_of_float16_is_float32_and_float64_stays_float64() -> None:
+    for dtype, lse_dtype in ((torch.float16, torch.float32), (torch.float64, torch.float64)):
+        inputs = qkv(1, 2, 20, 30, 16, dtype=dtype)
+        _, lse = check(flash(True), *inputs, problem=aten_problem(flash(True), *inputs), MR=4, NR=lanes(TARGET, str(dtype)[6:]))
+        assert lse.dtype == lse_dtype
+
+
+@by_isa
+def test_bert_padding_mask_broadcast_over_heads_and_queries(target: Target) -> None:
+    # BERT's additive [B, 1, 1, T] mask: 0 where a token is kept, a large negative number on padding
+    q, k, v = qkv(2, 3, 29, 29, 16)
+    mask = torch.zeros(2, 1, 1, 29)
+    mask[1, ..., 20:] = torch.finfo(torch.float32).min
+    problem = aten_problem(flash(), q, k, v, mask)
+    assert problem.mask is not None and problem.mask.strides[1:3] == (0, 0)
+    check(flash(), q, k, v, mask, problem=problem, target=target)
+
+
+@by_isa
+def test_additive_full_mask_with_causal(target: Target) -> None:
+    q, k, v = qkv(1, 2, 40, 40, 24)
+    mask = torch.randn(1, 2, 40, 40)
+    check(flash(True), q, k, v, mask, problem=aten_problem(flash(True), q, k, v, mask), target=target)
+
+
+@by_isa
+@pytest.mark.parametrize("shape", [(2, 3, 33, 45), (33, 45), (3, 1, 45)], ids=["full", "rank2", "per-head"])
+def test_bool_mask_hides_keys_where_false(shape: tuple, target: Target) -> None:
+    q, k, v = qkv(2, 3, 33, 45, 16)
+    mask = torch.rand(shape) > 0.3
+    check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), q, k, v, mask, target=target)
+
+
+def test_additive_mask_in_float16_and_transposed() -> None:
+    q, k, v = qkv(1, 2, 24, 24, 16, dtype=torch.float16)
+    mask = torch.randn(1, 2, 24, 24).to(torch.float16).transpose(-1, -2)  # read through its strides
+    check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), q, k, v, mask)
+
+
+@by_isa
+def test_fully_masked_rows_give_zero_as_aten(target: Target) -> None:
+    # ATen's CPU kernel: a query with every key at -inf gets output 0 and logsumexp 0 (not NaN); one with every
+    # key at the most negative float is an ordinary softmax (uniform weights)
+    q, k, v = qkv(2, 2, 20, 37, 16)
+    mask = torch.randn(2, 2, 20, 37)
+    mask[0, 1, 3] = -math.inf
+    mask[1, 0, 7:9] = -math.inf
+    mask[1, 1, 5] = torch.finfo(torch.float32).min
+    mask[0, 0, 11, :30] = -math.inf  # only the last key block visible
+    out, lse = check(flash(), q, k, v, mask, problem=aten_problem(flash(), q, k, v, mask), target=target)
+    assert out[0, 1, 3].eq(0).all() and lse[0, 1, 3] == 0 and not out[1, 1, 5].eq(0).all()
+    bool_mask = mask > -math.inf
+    check(flash(True), q, k, v, mask, problem=aten_problem(flash(True), q, k, v, mask), target=target)
+    check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), q, k, v, bool_mask, target=target)
+
+
+@by_isa
+@pytest.mark.parametrize("overrides", CONFIGS, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
+def test_masked_causal_logsumexp_configs_from_the_space(overrides: dict, target: Target) -> None:
+    # ragged query and key blocks, the mask's -inf entries in every block, a per-head [1, H, Tq, 1] mask
+    q, k, v = qkv(2, 2, 61, 77, 40)
+    mask = torch.randn(1, 2, 61, 1).expand(1, 2, 61, 77).clone()
+    mask[..., ::3] = -math.inf
+    problem = aten_problem(flash(True), q, k, v, mask)
+    check(flash(True), q, k, v, mask, problem=problem, target=target, **in_lanes(overrides, target))

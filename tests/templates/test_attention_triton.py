@@ -118,3 +118,67 @@ def test_nan_and_inf_inputs_land_where_torch_puts_them(causal, config):
         before = [0, 1, 2, 3, 5, 6, 7, 8]  # not the -inf query 4
         assert not out[0, 1, before].isnan().any()  # the NaN key 9 is after these queries' diagonal
     assert out[0, 1, 9:].isnan().all() and out[0, 0, 1].isnan().all()
+
+
+# ------------------------------------------------- masks and the logsumexp output (ATen's CPU flash op)
+
+def run_graph(graph, inputs, want, config=None):
+    """Run the Triton kernel of attention ``graph`` on ``inputs``; every output equals the IR reference's and
+    ``want`` (eager's outputs). Returns the kernel's outputs."""
+    template, problem = match(graph)
+    assert template.name == "attention"
+    target = get_backend("triton").target()
+    kernel = get_backend("triton").compile(template.render(problem, config or SMALL, target))
+    outs = [torch.full(s.shape, float("nan"), device=DEVICE).to(getattr(torch, s.dtype)) for s in graph.output_specs]
+    kernel(*inputs, *outs)
+    for got, ref, eager in zip(outs, evaluate(graph, list(inputs)), want, strict=True):
+        torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got, eager, atol=2e-5, rtol=2e-5)
+    return outs
+
+
+def flash_graph(causal, *inputs):
+    """The graph the torch.compile backend lowers for ATen's CPU flash op reading (out, logsumexp)."""
+    from kernelgen.frontend.partition import aten_graph_of
+    from kernelgen.values import TensorSpec
+
+    def fn(q, k, v, *mask):
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, causal, attn_mask=mask[0] if mask else None)
+        return out, lse
+
+    graph = aten_graph_of(fn, [TensorSpec.of(t) for t in inputs])
+    assert graph is not None
+    return graph, list(fn(*inputs))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_logsumexp_output_is_atens(causal):
+    inputs = [rand(1, 2, 21, 16), rand(1, 2, 19, 16), rand(1, 2, 19, 16)]
+    graph, want = flash_graph(causal, *inputs)
+    run_graph(graph, inputs, want)
+
+
+def test_bert_padding_mask_and_fully_masked_rows():
+    q, k, v = rand(2, 2, 17, 16), rand(2, 2, 17, 16), rand(2, 2, 17, 16)
+    mask = torch.zeros(2, 1, 1, 17, device=DEVICE)
+    mask[1, ..., 12:] = torch.finfo(torch.float32).min
+    graph, want = flash_graph(False, q, k, v, mask)
+    run_graph(graph, [q, k, v, mask], want)
+    full = torch.randn(2, 2, 17, 17, device=DEVICE)
+    full[0, 1, 3] = float("-inf")
+    full[1, 0, 5, :16] = float("-inf")  # only the key tail visible
+    graph, want = flash_graph(True, q, k, v, full)
+    out, lse = run_graph(graph, [q, k, v, full], want)
+    assert out[0, 1, 3].eq(0).all() and lse[0, 1, 3] == 0
+
+
+def test_bool_mask_broadcast_over_batch():
+    q, k, v = rand(2, 2, 17, 16), rand(2, 2, 20, 16), rand(2, 2, 20, 16)
+    mask = torch.rand(17, 20, device=DEVICE) > 0.4
+    mask[4] = False
+
+    def fn(q, k, v, m):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+    run_graph(kernelgen.trace(fn, q, k, v, mask), [q, k, v, mask], [fn(q, k, v, mask)])
