@@ -25,10 +25,11 @@ def eligible(problem: ReductionProblem) -> bool:
 
 def preferred(problem: ReductionProblem) -> bool:
     """Whether it should be the default: every streamed input is contiguous along the columns and strided
-    along the row (the row structure would read it one strided scalar at a time), or the row spans several
-    groups of reduced dims (the row structure divides per element to find them; batch norm's (0, 2, 3) of
-    NCHW ran 3-4x faster here: the tile walks whole runs of the inner group, one stream per column)."""
-    return eligible(problem) and (problem.grouped or problem.outer)
+    along the row (the row structure would read it one strided scalar at a time: sum(0) of [8192, 768]
+    took 6983 us by rows, 196 us here). A row of several groups of reduced dims (batch norm's (0, 2, 3) of
+    NCHW) runs by rows, whose nested group loops read the inner group contiguously (var over (0, 2, 3) of
+    [32, 64, 56, 56]: 508 us by rows, 876 us here; a BN backward region of [8, 64, 32, 32]: 92 vs 1249 us)."""
+    return eligible(problem) and problem.outer
 
 
 def default_tile(problem: ReductionProblem, cores: int) -> int:

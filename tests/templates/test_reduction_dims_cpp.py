@@ -180,9 +180,21 @@ def test_default_structure_follows_the_memory_layout():
                           (lambda x: x.sum([0, 1]), _x(4, 16, 256), "columns"),
                           (lambda x: x.sum(-1), _x(256, 64), "rows"),
                           (lambda x: x.t().sum(0), _x(64, 256), "rows"),
-                          (lambda x: torch.var_mean(x, [0, 2, 3])[1], _x(4, 8, 6, 6), "columns")):
+                          (lambda x: torch.var_mean(x, [0, 2, 3])[1], _x(4, 8, 6, 6), "rows")):
         _, tpl, problem = _problem(fn, x)
         assert tpl.default_config(problem, target)["layout"] == layout
+
+
+def test_a_row_of_several_groups_is_walked_by_nested_loops():
+    # batch norm's (0, 2, 3) of NCHW: the row is N groups of H*W contiguous elements; the row structure walks
+    # them as nested loops (the inner one contiguous, vectorisable) instead of dividing a flat index per element
+    target = Target.current("cpp")
+    x = _x(4, 8, 6, 6)
+    _, tpl, problem = _problem(lambda x: x.sum([0, 2, 3]), x)
+    assert problem.grouped
+    text = tpl.render(problem, tpl.default_config(problem, target), target).text
+    assert "for (int64_t jo = 0; jo < 4; ++jo)" in text and "for (int64_t ji = 0; ji < 36; ++ji)" in text
+    check(lambda x: x.sum([0, 2, 3]), x, layout="rows")
 
 
 def test_reduced_dims_that_do_not_merge_are_read_group_by_group():
