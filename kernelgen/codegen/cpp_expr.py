@@ -28,6 +28,19 @@ def storage_type(dtype: str) -> str:
     return STORAGE[dtype]
 
 
+def argument_pointers(inputs: Sequence, outputs: Sequence) -> list[str]:
+    """The typed ``in<a>`` / ``out<k>`` pointers a kernel body reads its arguments through (from ``ptrs``,
+    inputs first), one declaration line each; ``inputs`` and ``outputs`` are ``TensorSpec``s."""
+    lines = []
+    for a, spec in enumerate(inputs):
+        t = storage_type(spec.dtype)
+        lines.append(f"  const {t}* __restrict in{a} = (const {t}*)ptrs[{a}];")
+    for k, spec in enumerate(outputs):
+        t = storage_type(spec.dtype)
+        lines.append(f"  {t}* __restrict out{k} = ({t}*)ptrs[{len(inputs) + k}];")
+    return lines
+
+
 def compute_type(dtype: str) -> str:
     """The C type values of ``dtype`` are computed in: ``float`` for float16/bfloat16/float32."""
     return COMPUTE[dtype]
@@ -112,5 +125,5 @@ def emit(graph: Graph, node_ids: Iterable[int], env: MutableMapping[int, str], p
 OPS = CppRenderer.ops()
 """Every IR op the C++ renderer has a rule for (the rule may still refuse some dtypes)."""
 
-__all__ = ["OPS", "PRELUDE", "compute_type", "convert", "dag_nodes", "emit", "is_float", "literal", "load", "op_expr",
+__all__ = ["OPS", "PRELUDE", "argument_pointers", "compute_type", "convert", "dag_nodes", "emit", "is_float", "literal", "load", "op_expr",
            "storage_type", "store"]

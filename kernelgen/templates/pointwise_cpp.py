@@ -78,7 +78,6 @@ def render(problem: PointwiseProblem, config: Config, target: Target) -> Source:
     _validate(problem, config, target)
     graph = problem.graph
     out_specs = graph.output_specs
-    n_in = len(graph.signature)
     contiguous = tuple(out_specs[0].contiguous_strides()) if problem.shape else ()
     if problem.moves:  # every coordinate is named (moves shift them): no dims collapsed
         sizes, strides = list(problem.shape) or [1], [list(contiguous) or [0]]
@@ -95,12 +94,7 @@ def render(problem: PointwiseProblem, config: Config, target: Target) -> Source:
     # a move along dim 0 needs its static size: such a kernel renders static (families then specialise it)
     dyn = None if problem.moves and touches_dim0(graph) else dynamic_source(graph, problem.shape)
     lines = [cpp_expr.PRELUDE, *([COORDS.prelude] if problem.moves else []), entry_declaration(ENTRY, dyn is not None)]
-    for a, spec in enumerate(graph.signature):
-        t = cpp_expr.storage_type(spec.dtype)
-        lines.append(f"  const {t}* __restrict in{a} = (const {t}*)ptrs[{a}];")
-    for k, spec in enumerate(out_specs):
-        t = cpp_expr.storage_type(spec.dtype)
-        lines.append(f"  {t}* __restrict out{k} = ({t}*)ptrs[{n_in + k}];")
+    lines += cpp_expr.argument_pointers(graph.signature, out_specs)
     # Loads that are scalars over the whole iteration space are read once, outside every loop.
     env: dict[int, str] = {}
     for ld in problem.loads:

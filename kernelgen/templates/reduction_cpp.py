@@ -593,15 +593,9 @@ def render(problem: ReductionProblem, config: Config, target: Target) -> Source:
 def _prologue(problem: ReductionProblem, dyn: int | None) -> list[str]:
     """The kernel's head: includes, entry, typed argument pointers and ``rows`` (the kept index count)."""
     graph = problem.graph
-    n_in = len(graph.signature)
     lines = [cpp_expr.PRELUDE, "#include <cstdlib>", "#include <limits>", "#include <omp.h>",
              entry_declaration(ENTRY, dyn is not None)]
-    for a, spec in enumerate(graph.signature):
-        t = cpp_expr.storage_type(spec.dtype)
-        lines.append(f"  const {t}* __restrict in{a} = (const {t}*)ptrs[{a}];")
-    for k, spec in enumerate(graph.output_specs):
-        t = cpp_expr.storage_type(spec.dtype)
-        lines.append(f"  {t}* __restrict out{k} = ({t}*)ptrs[{n_in + k}];")
+    lines += cpp_expr.argument_pointers(graph.signature, graph.output_specs)
     # rows is a C++ value: the literal, or n0 times the static leading dims of a shape-generic kernel
     rows = problem.rows
     lines.append(f"  const int64_t rows = {rows if dyn is None else f'n0 * {rows // graph.dynamic}'};")

@@ -44,7 +44,6 @@ def render(problem: ScanProblem, config: Config, target: Target) -> Source:
     graph, shape = problem.graph, problem.shape
     node = graph.nodes[problem.scan]
     dtype = node.spec.dtype
-    n_in = len(graph.signature)
     row_dims = problem.row_dims()
     # a run-time dim 0 must be a row dim (the outermost): a scan along it renders static
     dyn = dynamic_source(graph, shape) if problem.dim != 0 and not touches_dim0(graph) else None
@@ -66,12 +65,7 @@ def render(problem: ScanProblem, config: Config, target: Target) -> Source:
               for j, (o, spec) in enumerate(zip(outputs, graph.output_specs))]
 
     lines = [cpp_expr.PRELUDE, COORDS.prelude, entry_declaration(ENTRY, dyn is not None)]
-    for a, spec in enumerate(graph.signature):
-        t = cpp_expr.storage_type(spec.dtype)
-        lines.append(f"  const {t}* __restrict in{a} = (const {t}*)ptrs[{a}];")
-    for j, spec in enumerate(graph.output_specs):
-        t = cpp_expr.storage_type(spec.dtype)
-        lines.append(f"  {t}* __restrict out{j} = ({t}*)ptrs[{n_in + j}];")
+    lines += cpp_expr.argument_pointers(graph.signature, graph.output_specs)
     lines += [f"  typedef {cpp_expr.compute_type(accumulator(dtype))} acc_t;",
               f"  const int64_t rows = {rows_c}, n = {problem.length};",
               f"  #pragma omp parallel for schedule({config['schedule']}) num_threads(num_threads) "

@@ -6,6 +6,21 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from kernelgen.reference import evaluate
+
+TOL = {torch.float16: dict(rtol=2e-3, atol=2e-3)}  # the IR computes float16 in float32 (see kernelgen.ir)
+
+
+def assert_matches_eager_and_reference(fn, inputs, graph, outs) -> None:
+    """A kernel's outputs ``outs`` of ``graph`` (traced from ``fn``) equal eager's and the IR reference's."""
+    eager = fn(*inputs)
+    eager = list(eager) if isinstance(eager, tuple) else [eager]
+    for got, ref, want in zip(outs, evaluate(graph, list(inputs)), eager):
+        tol = TOL.get(want.dtype, dict(rtol=2e-6, atol=2e-6) if want.is_floating_point() else dict(rtol=0, atol=0))
+        assert got.dtype == want.dtype and got.shape == want.shape
+        torch.testing.assert_close(got, ref, **tol)
+        torch.testing.assert_close(got, want, **tol)
+
 
 def cat_input_and_computed(a, b):
     return torch.cat([a, b.sin() * 2], dim=-1) + 1

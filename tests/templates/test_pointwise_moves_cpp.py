@@ -14,7 +14,6 @@ from kernelgen.templates import match
 from tests.templates import moves_cases
 
 pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")
-TOL = {torch.float16: dict(rtol=2e-3, atol=2e-3)}  # the IR computes float16 in float32 (see kernelgen.ir)
 
 
 def _run(fn, inputs):
@@ -36,13 +35,7 @@ def test_moves_match_eager(index):
     torch.manual_seed(index)
     fn, inputs = moves_cases.cases()[index]
     graph, outs = _run(fn, inputs)
-    eager = fn(*inputs)
-    eager = list(eager) if isinstance(eager, tuple) else [eager]
-    for got, ref, want in zip(outs, evaluate(graph, list(inputs)), eager):
-        tol = TOL.get(want.dtype, dict(rtol=2e-6, atol=2e-6) if want.is_floating_point() else dict(rtol=0, atol=0))
-        assert got.dtype == want.dtype and got.shape == want.shape
-        torch.testing.assert_close(got, ref, **tol)
-        torch.testing.assert_close(got, want, **tol)
+    moves_cases.assert_matches_eager_and_reference(fn, inputs, graph, outs)
 
 
 def test_cat_operand_that_is_a_slice_of_a_larger_buffer():

@@ -9,12 +9,10 @@ from tests.triton_env import DEVICE, needs_triton, torch  # TRITON_INTERPRET bef
 
 import kernelgen  # noqa: E402
 from kernelgen.backends import get_backend  # noqa: E402
-from kernelgen.reference import evaluate  # noqa: E402
 from kernelgen.templates import match, pointwise_triton  # noqa: E402
 from tests.templates import moves_cases  # noqa: E402
 
 pytestmark = needs_triton
-TOL = {torch.float16: dict(rtol=2e-3, atol=2e-3)}  # the IR computes float16 in float32 (see kernelgen.ir)
 
 
 @pytest.mark.parametrize("index", range(len(moves_cases.cases())),
@@ -32,10 +30,4 @@ def test_moves_match_eager(index):
     kernel = get_backend("triton").compile(source)
     outs = [torch.full(s.shape, 123, device=DEVICE).to(getattr(torch, s.dtype)) for s in graph.output_specs]
     kernel(*inputs, *outs)
-    eager = fn(*inputs)
-    eager = list(eager) if isinstance(eager, tuple) else [eager]
-    for got, ref, want in zip(outs, evaluate(graph, list(inputs)), eager):
-        tol = TOL.get(want.dtype, dict(rtol=2e-6, atol=2e-6) if want.is_floating_point() else dict(rtol=0, atol=0))
-        assert got.dtype == want.dtype and got.shape == want.shape
-        torch.testing.assert_close(got, ref, **tol)
-        torch.testing.assert_close(got, want, **tol)
+    moves_cases.assert_matches_eager_and_reference(fn, inputs, graph, outs)
