@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The GPU checks of one session with a lent GPU machine, as one bounded script: the Triton tests on the real
+# device, a `kernelgen tune` of examples/workloads_gpu.toml and benchmarks/bench_gpu.py over its records.
+# Each step has its own time limit so one slow step cannot starve the others; logs land in $OUT.
+#
+#     OUT=/tmp/out TEST_S=200 TUNE_S=110 BENCH_S=70 bash tools/gpu_check.sh [pytest selection...]
+#
+# Python packages missing there travel as wheels in .whl/ (see the device tool's README).
+set -uo pipefail
+OUT=${OUT:-/tmp/kernelgen-gpu}
+mkdir -p "$OUT"
+if compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        || { echo "gpu_check: wheel install failed"; exit 1; }
+    export PYTHONPATH=/tmp/site:$PWD
+fi
+export PYTHONUNBUFFERED=1 KERNELGEN_CACHE_DIR=/tmp/kg-cache KERNELGEN_DB=sqlite:////tmp/kg-gpu.sqlite
+python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name())'
+TESTS=("$@")
+if [ ${#TESTS[@]} -eq 0 ]; then
+    TESTS=(tests/backends/test_triton.py tests/codegen/test_lowered_pointwise_ops.py tests/codegen/test_lowered_reductions.py
+           tests/codegen/test_triton_expr.py tests/frontend/test_backend_triton.py tests/frontend/test_triton_dispatch.py
+           tests/models/test_models.py tests/opinfo/test_opinfo_triton.py tests/registry/test_registry_kernels.py
+           tests/templates/test_attention_triton.py tests/templates/test_gemm_triton.py
+           tests/templates/test_pointwise_moves_triton.py tests/templates/test_pointwise_triton.py
+           tests/templates/test_reduction_dims_triton.py tests/templates/test_reduction_triton.py
+           tests/templates/test_scan_triton.py tests/templates/test_vendor_gemm.py tests/test_dynamic_triton.py)
+fi
+start=$(date +%s)
+timeout "${TEST_S:-200}" python3 -m pytest -q -n "${WORKERS:-12}" -p no:cacheprovider --timeout 150 -rfE \
+    --junitxml "$OUT/junit.xml" "${TESTS[@]}" > "$OUT/tests.log" 2>&1
+echo "tests rc=$? in $(( $(date +%s) - start )) s"
+grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests.log" | cut -c1-300 | tail -60
+if [ "${TUNE_S:-110}" -gt 0 ]; then
+    start=$(date +%s)
+    timeout "${TUNE_S:-110}" python3 -m kernelgen tune examples/workloads_gpu.toml --seconds "${TUNE_PER_IMPL:-6}" --json \
+        > "$OUT/tune.json" 2> "$OUT/tune.err"
+    echo "tune rc=$? in $(( $(date +%s) - start )) s"; tail -5 "$OUT/tune.err" | cut -c1-300
+fi
+if [ "${BENCH_S:-70}" -gt 0 ]; then
+    timeout "${BENCH_S:-70}" python3 benchmarks/bench_gpu.py --rounds 3 --json > "$OUT/bench.txt" 2>&1
+    echo "bench rc=$?"; grep -v '^ *[][{}"]' "$OUT/bench.txt" | head -40 | cut -c1-400
+fi
