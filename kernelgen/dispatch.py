@@ -363,8 +363,11 @@ class CompiledFunction:
     def _build(self, full: tuple, layout: Any, n_values: int) -> "_Entry":
         from kernelgen.backends import default_backend, get_backend
 
-        backend = default_backend() if self.backend_name == "auto" else get_backend(self.backend_name)
         tensors = [(i, a) for i, a in enumerate(full) if isinstance(a, _Tensor)]
+        if self.backend_name == "auto":
+            backend = default_backend(tensors[0][1].device.type if tensors else None)
+        else:
+            backend = get_backend(self.backend_name)
         for i, a in tensors:
             self._check_tensor(i, a, backend.name)
         if len({a.device for _, a in tensors}) > 1:

@@ -226,3 +226,17 @@ def test_a_partitioned_signature_raises_what_eager_raises():
     for _ in range(2):
         with pytest.raises(RuntimeError):
             f(x)
+
+
+def test_auto_backend_follows_the_tensors_device_on_a_machine_with_a_gpu(monkeypatch):
+    # found on an H100: backend="auto" chose Triton for CPU tensors wherever a GPU existed, and the Triton
+    # kernel refused them (CPU models on GPU machines ran ATen with a warning for every region)
+    from kernelgen.backends import default_backend, get_backend
+
+    monkeypatch.setattr(type(get_backend("triton")), "has_gpu", lambda self: True)
+    assert default_backend("cpu").name == "cpp" and default_backend("cuda").name == "triton"
+    x, b = torch.randn(8, 16), torch.randn(16)
+    fast = kernelgen.compile(lambda x, b: torch.relu(x + b))
+    torch.testing.assert_close(fast(x, b), torch.relu(x + b))
+    what = fast.explain(x, b)
+    assert what["implementation"] == "pointwise" and str(what["source_path"]).endswith(".cpp")

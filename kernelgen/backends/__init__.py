@@ -41,10 +41,15 @@ def get_backend(name: str) -> Backend:
     return cls()
 
 
-def default_backend() -> Backend:
-    """The backend ``backend="auto"`` means: Triton where a GPU is present, else C++/OpenMP."""
+def default_backend(device_type: str | None = None) -> Backend:
+    """The backend ``backend="auto"`` means for tensors on ``device_type``: Triton for GPU tensors ("cuda", as
+    ROCm's torch also calls them), C++/OpenMP for CPU tensors, also on a machine that has a GPU (an H100 run
+    found CPU models there handed to Triton, which refused their tensors). Without a device: Triton where a GPU
+    is present, else C++/OpenMP."""
+    if device_type == "cpu":
+        return get_backend("cpp")
     triton = get_backend("triton")
-    if triton.has_gpu():
+    if device_type is not None or triton.has_gpu():
         return triton
     return get_backend("cpp")
 

@@ -94,6 +94,20 @@ def _current_gpu() -> int:
     return torch.cuda.current_device()
 
 
+def compile_options(gpu_kind: str | None) -> dict[str, Any]:
+    """Triton compile options beyond warps and stages for a GPU of ``gpu_kind`` ("cuda", "hip"; None under the
+    interpreter). On NVIDIA GPUs libdevice and Triton's float math default to flushing subnormals to zero
+    (``nvvm-reflect-ftz``), which eager's CUDA kernels do not: on an H100 floor(-1e-39) gave -0.0 and
+    sqrt(-1e-39) gave -0.0 where eager gives -1 and NaN. ROCm's options have no such field."""
+    return {"enable_reflect_ftz": False} if gpu_kind == "cuda" else {}
+
+
+def _gpu_kind() -> str:
+    import torch
+
+    return "hip" if getattr(torch.version, "hip", None) else "cuda"
+
+
 class TritonKernel(Kernel):
     """A ``@triton.jit`` function with its grid, launch options and the tensor specs it was rendered for."""
 
@@ -103,6 +117,8 @@ class TritonKernel(Kernel):
         self.fn = fn
         self.device = device  # "cpu" under the interpreter, else "cuda" (ROCm also reports cuda)
         self.specs, self.grid, self.constexprs, self.num_warps, self.num_stages = launch_meta(source)
+        self.options = {"num_warps": self.num_warps, "num_stages": self.num_stages,
+                        **compile_options(None if device == "cpu" else _gpu_kind()), **self.constexprs}
         meta = source.meta
         self.dynamic = int(meta["dynamic"]) if meta.get("dynamic") not in (None, "") else None
         self.grid_per_n0 = tuple(json.loads(meta.get("grid_per_n0", "[0, 1, 1, 1]")))
@@ -176,10 +192,9 @@ class TritonKernel(Kernel):
                 import torch
 
                 with torch.cuda.device(device):
-                    self.fn[grid](*tensors, *extra, num_warps=self.num_warps, num_stages=self.num_stages,
-                                  **self.constexprs)
+                    self.fn[grid](*tensors, *extra, **self.options)
             else:
-                self.fn[grid](*tensors, *extra, num_warps=self.num_warps, num_stages=self.num_stages, **self.constexprs)
+                self.fn[grid](*tensors, *extra, **self.options)
         except Exception as exc:
             from triton.compiler.errors import CompilationError
             from triton.runtime.errors import InterpreterError

@@ -3,7 +3,9 @@ without the GPU, reporting shared memory, registers and spills so templates can 
 cannot fit.
 
 CUDA figures come from Triton's metadata (dynamic shared memory) and ``cuobjdump --dump-resource-usage``
-on the produced cubin (registers; STACK + LOCAL bytes = spills: Triton kernels keep no other stack); HIP
+on the produced cubin (registers), spills from ``ptxas -v`` on the produced PTX (spill stores: a stack frame
+alone is not a spill, e.g. libdevice's sin/cos keep a 32-byte array for the Payne-Hanek reduction of huge
+arguments, which every config of such a kernel has and which costs nothing on ordinary inputs); HIP
 figures from the AMDGPU code-object metadata in the produced assembly (``.vgpr_count``,
 ``.vgpr_spill_count``, ``.group_segment_fixed_size``).
 Compiles run in a subprocess when this process runs Triton's interpreter (interpreter mode patches
@@ -30,7 +32,7 @@ from kernelgen.space import Constraint, Param, SearchSpace
 from kernelgen.target import Target
 from kernelgen.values import Config, Source, content_hash
 
-_VERSION = "3"  # bump when the report's recipe changes
+_VERSION = "4"  # bump when the report's recipe changes
 _DEFAULT_LIMITS = {"warp_size": 32, "max_threads": 1024, "shared_memory": 49152, "registers": 65536}
 JOB_TIMEOUT = 60  # seconds per kernel in the compiler subprocess; a compile that hangs counts as failing
 _TIMED_OUT = "ahead-of-time compile timed out:"
@@ -218,7 +220,7 @@ def compile_job(job: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any] | s
     from triton.compiler import ASTSource
     from triton.runtime.jit import JITFunction
 
-    from kernelgen.backends.triton import load_entry
+    from kernelgen.backends.triton import compile_options, load_entry
     from kernelgen.codegen.triton_expr import POINTER_TYPE
 
     path = Path(job["path"])
@@ -235,7 +237,8 @@ def compile_job(job: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any] | s
         compiled = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=dict(job["constexprs"]),
                                             attrs=attrs),
                                   target=GPUTarget(spec["backend"], spec["arch"], spec["warp_size"]),
-                                  options={"num_warps": job["num_warps"], "num_stages": job["num_stages"]})
+                                  options={"num_warps": job["num_warps"], "num_stages": job["num_stages"],
+                                           **compile_options(spec["backend"])})
     except Exception as exc:  # triton raises many types for a kernel it cannot compile
         return f"triton could not compile {path} for {spec['backend']} {spec['arch']}: " + \
             " ".join(f"{type(exc).__name__}: {exc}".split())[:600]
@@ -245,8 +248,10 @@ def compile_job(job: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any] | s
     shared = int(compiled.metadata.shared)
     if spec["backend"] == "cuda":
         usage = _cuda_usage(compiled.asm["cubin"], path)
+        usage.update(_ptxas_spills(compiled.asm["ptx"], path))
+        spills = usage.get("spill_stores", usage.get("STACK", 0) + usage.get("LOCAL", 0))
         return {**base, "shared_memory": shared + usage.get("SHARED", 0), "registers": usage.get("REG", 0),
-                "spills": usage.get("STACK", 0) + usage.get("LOCAL", 0), "details": usage}
+                "spills": spills, "details": usage}
     usage = _amd_usage(compiled.asm["amdgcn"])
     return {**base, "shared_memory": max(shared, usage.get("group_segment_fixed_size", 0)),
             "registers": usage.get("vgpr_count", 0),
@@ -261,6 +266,23 @@ def cuobjdump() -> str:
         if candidate and os.path.exists(candidate):
             return candidate
     raise ToolchainUnavailableError("cuobjdump not found: install the CUDA toolkit or a Triton wheel that bundles it")
+
+
+def _ptxas_spills(ptx: str, path: Path) -> dict[str, int]:
+    """``spill_stores`` / ``spill_loads`` bytes from ``ptxas -v`` on the kernel's PTX; empty when the bundled
+    ptxas is missing or says nothing (the caller then counts the whole stack frame, the safe side)."""
+    import triton
+
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    arch = re.search(r"^\s*\.target\s+(sm_\w+)", ptx, re.M)
+    if not ptxas.exists() or arch is None:
+        return {}
+    source = path.with_suffix(".ptx")
+    source.write_text(ptx)
+    proc = subprocess.run([str(ptxas), "-v", f"--gpu-name={arch.group(1)}", str(source), "-o", os.devnull],
+                          capture_output=True, text=True, timeout=JOB_TIMEOUT)
+    found = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", proc.stderr + proc.stdout)
+    return {} if found is None else {"spill_stores": int(found.group(1)), "spill_loads": int(found.group(2))}
 
 
 def _cuda_usage(cubin: bytes, path: Path) -> dict[str, int]:

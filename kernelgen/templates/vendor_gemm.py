@@ -189,7 +189,7 @@ class VendorGemmImplementation(Implementation):
         plan = self._plans[bool(config.get(ADDMM, False))]
         epilogue = None if plan.epilogue is None else plan.epilogue.build(self._inner(config), target)
         spec = self.graph.nodes[plan.result].spec
-        return VendorLauncher(self, plan, epilogue, spec)
+        return VendorLauncher(self, plan, epilogue, spec, target)
 
     def shape_generic(self, target: Target) -> bool:
         """On a shape-generic graph: ATen's matmul takes any size, so this is generic when every epilogue is
@@ -201,12 +201,17 @@ class VendorGemmImplementation(Implementation):
         return f"VendorGemmImplementation(backend={self.backend!r})"
 
 
+def _target_device(target: Target) -> str:
+    return "cuda" if target.kind in ("cuda", "hip") else "cpu"  # ROCm's torch calls its GPUs cuda too
+
+
 class VendorLauncher:
     """Runs one config: the ATen matmul into the output (no epilogue) or into a per-thread scratch buffer
     reused across calls (a fresh buffer per call costs page faults comparable to the matmul at these sizes),
     then the compiled epilogue kernel."""
 
-    def __init__(self, impl: VendorGemmImplementation, plan: _Plan, epilogue: Any, spec: TensorSpec) -> None:
+    def __init__(self, impl: VendorGemmImplementation, plan: _Plan, epilogue: Any, spec: TensorSpec,
+                 target: Target) -> None:
         import torch
 
         self._torch = torch
@@ -218,6 +223,9 @@ class VendorLauncher:
         self._dtype = getattr(torch, spec.dtype)
         self._scratch = threading.local()
         self.source_file = getattr(epilogue, "source_file", None)
+        # where the tensors must live: the epilogue kernel's device (a GPU for Triton on one); ATen's matmul runs
+        # anywhere, so without an epilogue the target's own device (the measurer moves its inputs there)
+        self.device = getattr(epilogue, "device", None) or _target_device(target)
         # a shape-generic graph: the sentinel batch size, and the input whose dim 0 is the run-time batch size
         # when the matmul result has it (the scratch buffer then has that many rows)
         self._batch = impl.graph.dynamic

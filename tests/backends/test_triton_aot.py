@@ -139,3 +139,24 @@ def test_template_spaces_pick_a_default_that_passes_the_aot_check(compiled, prob
         assert space.is_valid(space.default())
         source = template.render(problem, space.default(), target)
         assert aot_compile(source, target) == reports[name]
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "gfx942"])
+def test_float64_gemm_and_libm_formulas_compile_for_gpus(arch, monkeypatch):
+    """Found on an H100 with Triton 3.6: a float64 GEMM's tl.dot needs out_dtype (it asserted), and sin/cos
+    kernels carry a stack frame that is not a spill (every config was refused). Both compile and fit here."""
+    monkeypatch.setenv("KERNELGEN_TRITON_AOT", "0")  # the defaults, without compiling each candidate first
+    target = Target.gpu(arch)
+    sources = []
+    for fn, inputs in ((lambda a, w: a @ w - 1.0, (torch.empty(5, 70, dtype=torch.float64),
+                                                   torch.empty(70, 3, dtype=torch.float64))),
+                       (lambda x: torch.sin(x) * torch.cos(x) / (x + 1), (torch.empty(1000),)),
+                       (lambda x, y: torch.fmod(x, y) + torch.sqrt(x), (torch.empty(1000), torch.empty(1000)))):
+        template, problem = match(kernelgen.trace(fn, *inputs))
+        sources.append(template.render(problem, template.space(problem, target).default(), target))
+    try:
+        reports = aot_results(sources, target)
+    except ToolchainUnavailableError as exc:
+        pytest.skip(str(exc))
+    assert all(isinstance(r, ResourceReport) for r in reports), reports
+    assert not [r.violations(target) for r in reports if r.violations(target)]
