@@ -120,10 +120,12 @@ def _eval_node(torch: Any, ops: dict, node: Node, values: list, inputs: Sequence
                                                                 is_causal=node.attr("causal"), scale=node.attr("scale"))
     if op == "attention_lse":
         # ATen's CPU flash op defines the statistic (fully hidden rows give 0): it is what the backward reads
-        q, k, v = (a if a.dim() == 4 else a.unsqueeze(1) for a in args[:3])
+        # (a CPU-only op: GPU tensors are evaluated on CPU copies, the statistic moved back)
+        q, k, v = (a.cpu() if a.dim() == 4 else a.cpu().unsqueeze(1) for a in args[:3])
         mask = _float_mask(torch, args)
         lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q, k, v, 0.0, node.attr("causal"), attn_mask=mask, scale=node.attr("scale"))[1]
+            q, k, v, 0.0, node.attr("causal"), attn_mask=None if mask is None else mask.cpu(),
+            scale=node.attr("scale"))[1].to(args[0].device)
         return lse if args[0].dim() == 4 else lse.squeeze(1)
     if op == "custom_call":
         if custom_calls is None:

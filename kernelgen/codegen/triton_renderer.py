@@ -15,8 +15,8 @@ from typing import ClassVar
 
 from kernelgen.codegen import triton_rules as rules
 from kernelgen.codegen.renderer import INTEGRAL, NUMBER, REAL, OpRule, Renderer
-from kernelgen.codegen.triton_types import (HEADER, INF, NARROW, TL_DTYPE, and_, bf16_round, compute_dtype, is_float,
-                                            or_, scalar)
+from kernelgen.codegen.triton_types import (HEADER, INF, NARROW, TL_DTYPE, and_, bf16_round, compute_dtype, div_expr,
+                                            is_float, or_, scalar, sqrt_expr)
 from kernelgen.ir import Graph, Node
 
 _COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -72,20 +72,20 @@ class TritonRenderer(Renderer):
         "logical_xor": OpRule(lambda em, i, n, a, b: [f"{a} != {b}"], operand="bool"),
         "logical_not": OpRule(lambda em, i, n, a: [f"tl.where({a}, False, True)"], operand="bool"),
         "add": _bool_or("add"), "mul": _bool_or("mul"), "maximum": _bool_or("maximum"), "minimum": _bool_or("minimum"),
-        "sub": _formula("({a} - {b})", NUMBER), "div": _formula("({a} / {b})"),
+        "sub": _formula("({a} - {b})", NUMBER), "div": OpRule(lambda em, i, n, a, b: [div_expr(a, b, n.spec.dtype)]),
         "neg": _formula("-{a}", NUMBER), "abs": _formula("tl.abs({a})", NUMBER),
         # `a < 0` is false for NaN and -0.0, so both pass through as in eager (relu(NaN) = NaN)
         "relu": _formula("tl.where({a} < 0, 0, {a})", NUMBER),
-        "exp": _formula("tl.exp({a})"), "log": _formula("tl.log({a})"), "sqrt": _formula("tl.sqrt({a})"),
+        "exp": _formula("tl.exp({a})"), "log": _formula("tl.log({a})"), "sqrt": OpRule(lambda em, i, n, a: [sqrt_expr(a, n.spec.dtype)]),
         "rsqrt": _formula("tl.rsqrt({a})"), "tanh": OpRule(rules.tanh_, accepts=REAL),
         "erf": _formula("tl.erf({a})"), "sigmoid": _formula("tl.sigmoid({a})"),
-        "silu": _formula("{a} * tl.sigmoid({a})"), "reciprocal": _formula("1.0 / {a}"),
+        "silu": _formula("{a} * tl.sigmoid({a})"), "reciprocal": OpRule(lambda em, i, n, a: [div_expr("1.0", a, n.spec.dtype)]),
         "gelu": OpRule(rules.gelu, accepts=REAL),
         "pow": OpRule(rules.pow_, accepts=NUMBER),
         "expm1": OpRule(rules.expm1, accepts=REAL), "log1p": OpRule(rules.log1p, accepts=REAL),
         "exp2": _formula("tl.exp2({a})"), "log2": _formula("tl.log2({a})"),
         "log10": _formula("tl.log({a}) * 0.4342944819032518"),
-        "sin": _formula("tl.sin({a})"), "cos": _formula("tl.cos({a})"), "tan": _formula("tl.sin({a}) / tl.cos({a})"),
+        "sin": _formula("tl.sin({a})"), "cos": _formula("tl.cos({a})"), "tan": OpRule(lambda em, i, n, a: [div_expr(f"tl.sin({a})", f"tl.cos({a})", n.spec.dtype)]),
         "sinh": OpRule(rules.sinh, accepts=REAL), "cosh": OpRule(rules.cosh, accepts=REAL),
         "asinh": OpRule(rules.asinh, accepts=REAL), "acosh": OpRule(rules.acosh, accepts=REAL),
         "atanh": OpRule(rules.atanh, accepts=REAL),

@@ -2,7 +2,7 @@
 ``triton_renderer`` point here. Each rule takes the emitter, the node id and node, and its converted
 inputs, and returns statements whose last one is the value (temporaries are suffixed with the node id).
 
-Every formula uses core ``tl`` functions only (no libdevice: the interpreter has none), and follows eager's
+Every formula uses core ``tl`` functions (libdevice's fmod on GPUs only: the interpreter has no libdevice), and follows eager's
 special cases: Kahan's expm1/log1p stay accurate near 0, floor division and remainder round as Python does,
 shifts past the width give 0 or the sign, pow follows C's ``pow``.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 from kernelgen.codegen.renderer import integer_divisor
 from kernelgen.codegen.triton_types import (INF, INT_BITS, NAN, NINF, TL_DTYPE, and_, bf16_round, compute_dtype,
-                                            is_float, or_, tanh)
+                                            div_expr, fmod_expr, is_float, or_, sqrt_expr, tanh)
 from kernelgen.errors import UnsupportedOpError
 from kernelgen.ir import Node
 
@@ -40,6 +40,10 @@ def cast(em: Any, i: int, n: Node) -> Lines:
         return [bf16_round(a if src in ("float16", "bfloat16", "float32") else f"{a}.to(tl.float32)")]
     if dst in ("float16", "bfloat16"):  # round to the narrow type, keep computing in float32
         return [f"{a}.to({TL_DTYPE[dst]}).to(tl.float32)"]
+    if dst == "uint8" and is_float(src):
+        # c10 converts floats to uint8 through int64 so negative values wrap alike on CPUs and GPUs (a direct
+        # float -> u8 conversion saturates to 0 on NVIDIA GPUs: -1.5 gave 0 where eager gives 255)
+        return [f"{a}.to(tl.int64).to(tl.uint8)"]
     return [f"{a}.to({TL_DTYPE[dst]})"]
 
 
@@ -53,8 +57,8 @@ def pow_(em: Any, i: int, n: Node, a: str, b: str) -> Lines:
     if not is_float(dt):
         return _int_pow(i, dt, a, b, const)
     if const is not None:
-        special = {1.0: a, 2.0: f"{a} * {a}", 3.0: f"{a} * {a} * {a}", 0.5: f"tl.sqrt({a})",
-                   -1.0: f"1.0 / {a}", -0.5: f"tl.rsqrt({a})", -2.0: f"1.0 / ({a} * {a})"}
+        special = {1.0: a, 2.0: f"{a} * {a}", 3.0: f"{a} * {a} * {a}", 0.5: sqrt_expr(a, dt),
+                   -1.0: div_expr("1.0", a, dt), -0.5: f"tl.rsqrt({a})", -2.0: div_expr("1.0", f"({a} * {a})", dt)}
         if float(const) in special:
             return [special[float(const)]]
     return _float_pow(i, dt, a, b)
@@ -299,7 +303,8 @@ def _int_divisor_sign(em: Any, i: int) -> int:
 def fmod(em: Any, i: int, n: Node, a: str, b: str) -> Lines:
     if not is_float(n.spec.dtype):
         _int_divisor_sign(em, i)
-    return [f"{a} % {b}"]  # C's fmod for floats (frem) and truncating for integers (srem)
+        return [f"{a} % {b}"]  # truncating, as C (srem)
+    return [fmod_expr(a, b, em.interpreter)]
 
 
 def remainder(em: Any, i: int, n: Node, a: str, b: str) -> Lines:
@@ -307,7 +312,8 @@ def remainder(em: Any, i: int, n: Node, a: str, b: str) -> Lines:
     if not is_float(n.spec.dtype):
         wrong = "< 0" if _int_divisor_sign(em, i) > 0 else "> 0"
         return [f"m{i} = {a} % {b}", f"tl.where(m{i} {wrong}, m{i} + {b}, m{i})"]
-    return [f"m{i} = {a} % {b}", f"tl.where({and_(f'm{i} != 0', f'({b} < 0) != (m{i} < 0)')}, m{i} + {b}, m{i})"]
+    return [f"m{i} = {fmod_expr(a, b, em.interpreter)}",
+            f"tl.where({and_(f'm{i} != 0', f'({b} < 0) != (m{i} < 0)')}, m{i} + {b}, m{i})"]
 
 
 def floor_divide(em: Any, i: int, n: Node, a: str, b: str) -> Lines:
@@ -318,7 +324,8 @@ def floor_divide(em: Any, i: int, n: Node, a: str, b: str) -> Lines:
         wrong = "< 0" if _int_divisor_sign(em, i) > 0 else "> 0"
         return [f"q{i} = {a} // {b}", f"tl.where(({a} % {b}) {wrong}, q{i} - 1, q{i})"]
     bits = "tl.int64" if dt == "float64" else "tl.int32"
-    return [f"m{i} = {a} % {b}", f"q{i} = {a} / {b}", f"d{i} = ({a} - m{i}) / {b}",
+    return [f"m{i} = {fmod_expr(a, b, em.interpreter)}", f"q{i} = {div_expr(a, b, dt)}",
+            f"d{i} = {div_expr(f'({a} - m{i})', b, dt)}",
             f"d{i} = tl.where({and_(f'm{i} != 0', f'({b} < 0) != (m{i} < 0)')}, d{i} - 1.0, d{i})",
             f"f{i} = tl.floor(d{i})", f"f{i} = tl.where(d{i} - f{i} > 0.5, f{i} + 1.0, f{i})",
             f"z{i} = tl.where(q{i}.to({bits}, bitcast=True) < 0, -0.0, 0.0)",

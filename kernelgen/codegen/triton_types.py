@@ -2,14 +2,31 @@
 literals, and the interpreter-safe spellings the Triton op table (``triton_renderer``) builds on.
 
 Values live in variables holding their *compute* dtype (float32 for float16/bfloat16/float32, as the IR
-prescribes). Every formula uses core ``tl`` functions that exist both in the interpreter and on CUDA/ROCm.
+prescribes). Formulas use core ``tl`` functions that exist both in the interpreter and on CUDA/ROCm; the one
+libdevice call (``fmod``, whose ``frem`` lowering on NVPTX is not C's fmod) is rendered for GPUs only.
+
+Division and square root are the IEEE round-to-nearest forms (``tl.div_rn``, ``tl.sqrt_rn``) because eager's
+CUDA kernels are: Triton's ``/`` on float32 is ``div.full.f32`` (2 ulp, 0 for divisors above 2^126) and
+``tl.sqrt`` is ``sqrt.approx``; measured on an H100 against eager, those moved NaN/inf/zero placements.
 """
 
 from __future__ import annotations
 
 import math
 
-HEADER = "import triton\nimport triton.language as tl\n\n\n"
+HEADER = '''import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+
+@triton.jit
+def kg_div_rn(a, b):
+    # IEEE division of two values of any shapes: tl.div_rn itself does not broadcast
+    a, b = tl.broadcast(a, b)
+    return tl.div_rn(a, b)
+
+
+'''
 """The imports every generated Triton module starts with: the Triton renderer's prelude."""
 
 TL_DTYPE = {
@@ -103,6 +120,33 @@ def scalar(value: object, dtype: str) -> str:
     return f"tl.full([], {const_literal(value)}, {TL_DTYPE[compute_dtype(dtype)]})"
 
 
+def div_expr(a: str, b: str, dtype: str) -> str:
+    """``a / b`` correctly rounded, as eager's CUDA division (float64 ``/`` already is)."""
+    if compute_dtype(dtype) == "float64":
+        return f"({a} / {b})"
+    a, b = (f"tl.full([], {x}, tl.float32)" if _is_number(x) else x for x in (a, b))  # jit helpers take tensors
+    return f"kg_div_rn({a}, {b})"
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def sqrt_expr(a: str, dtype: str) -> str:
+    """IEEE square root (``tl.sqrt`` is ``sqrt.approx`` on NVIDIA GPUs for float32)."""
+    return f"tl.sqrt({a})" if compute_dtype(dtype) == "float64" else f"tl.sqrt_rn({a})"
+
+
+def fmod_expr(a: str, b: str, interpreter: bool) -> str:
+    """C's fmod of floats: libdevice's on GPUs (NVPTX lowers ``%`` to a - b * trunc(a / b), wrong for infinite
+    operands and large quotients); numpy's exact fmod, which ``%`` is, in the interpreter (no libdevice there)."""
+    return f"({a} % {b})" if interpreter else f"libdevice.fmod({a}, {b})"
+
+
 def and_(a: str, b: str) -> str:
     """Boolean and of two int1 values as a select: the interpreter fails on ``scalar & block`` of bools
     (a scalar input's comparison with a loaded block); compilers turn the select back into an and."""
@@ -117,5 +161,5 @@ INT_BITS = {"int8": 8, "uint8": 8, "int16": 16, "int32": 32, "int64": 64}
 NARROW = ("float16", "bfloat16")
 INF, NINF, NAN = 'float("inf")', 'float("-inf")', 'float("nan")'
 
-__all__ = ["HEADER", "INF", "INT_BITS", "NAN", "NARROW", "NINF", "POINTER_TYPE", "TL_DTYPE", "and_", "bf16_round",
+__all__ = ["HEADER", "INF", "INT_BITS", "NAN", "NARROW", "NINF", "POINTER_TYPE", "TL_DTYPE", "and_", "bf16_round", "div_expr", "fmod_expr", "sqrt_expr",
            "compute_dtype", "const_literal", "is_float", "or_", "scalar", "tanh", "to_compute", "to_storage"]

@@ -9,7 +9,7 @@ from typing import Any
 
 from kernelgen.custom_calls import checks, get_language
 from kernelgen.custom_calls.base import COMPILE_ONLY, RUNNABLE, backend_for
-from kernelgen.errors import KernelgenError
+from kernelgen.errors import KernelgenError, ToolchainUnavailableError
 from kernelgen.ir import Graph, Node
 from kernelgen.values import Config, TensorSpec
 
@@ -77,9 +77,16 @@ def check_entry(entry: Any, all_configs: bool = False, timeout: float | None = N
         return [{"implementation": name, "status": "compiled", "message": f"{what} ({availability.reason})"}]
     if availability.state != RUNNABLE:
         return [{"implementation": name, "status": "skipped", "message": availability.reason}]
-    if not entry.examples:
-        return [{"implementation": name, "status": "skipped",
-                 "message": "no examples= to run; register input shapes to check it"}]
+    if not entry.examples:  # nothing to run: the source must still build (a broken kernel fails here too)
+        try:
+            what = get_language(entry.language).compile_check(entry)
+        except ToolchainUnavailableError:
+            return [{"implementation": name, "status": "skipped",
+                     "message": "no examples= to run; register input shapes to check it"}]
+        except KernelgenError as exc:
+            return [{"implementation": name, "status": "failed", "message": str(exc)}]
+        return [{"implementation": name, "status": "compiled",
+                 "message": f"{what}; no examples= to run: register input shapes to check its results"}]
     backend = backend_for(entry.language, availability.platform)
     target = Target.current(backend)
     results = []

@@ -123,7 +123,10 @@ def render(problem: GemmProblem, config: Config, target: Target) -> Source:
         lines.append(f"    k_left = {p.k} - k * BLOCK_K")
     lines += [f"    a = tl.load(a_ptrs, mask={' & '.join(a_mask)}, other=0.0)" if a_mask else "    a = tl.load(a_ptrs)",
               f"    b = tl.load(b_ptrs, mask={' & '.join(b_mask)}, other=0.0)" if b_mask else "    b = tl.load(b_ptrs)"]
-    lines += [f"    acc = tl.dot(a, b, acc{precision})",
+    # out_dtype names the float64 accumulator: Triton 3.6's tl.dot asserts acc's dtype equals out_dtype (float32
+    # by default); an H100 run found float64 GEMMs refused there
+    out = ", out_dtype=tl.float64" if p.a.dtype == "float64" else ""
+    lines += [f"    acc = tl.dot(a, b, acc{precision}{out})",
               f"    a_ptrs += BLOCK_K * {p.a.strides[-1]}",
               f"    b_ptrs += BLOCK_K * {p.b.strides[-2]}",
               f"mask = (offs_m[:, None] < {m_val}) & (offs_n[None, :] < {p.n})"]
