@@ -3,7 +3,7 @@
 # device, a `kernelgen tune` of examples/workloads_gpu.toml and benchmarks/bench_gpu.py over its records.
 # Each step has its own time limit so one slow step cannot starve the others; logs land in $OUT.
 #
-#     OUT=/tmp/out TEST_S=200 TUNE_S=110 BENCH_S=70 bash tools/gpu_check.sh [pytest selection...]
+#     OUT=/tmp/out TEST_S=200 TUNE_S=110 BENCH_S=70 [MANIFEST=...] [EXTRA=script.py] bash tools/gpu_check.sh [tests...]
 #
 # Python packages missing there travel as wheels in .whl/ (see the device tool's README).
 set -uo pipefail
@@ -33,11 +33,15 @@ echo "tests rc=$? in $(( $(date +%s) - start )) s"
 grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests.log" | cut -c1-300 | tail -60
 if [ "${TUNE_S:-110}" -gt 0 ]; then
     start=$(date +%s)
-    timeout "${TUNE_S:-110}" python3 -m kernelgen tune examples/workloads_gpu.toml --seconds "${TUNE_PER_IMPL:-6}" --json \
+    timeout "${TUNE_S:-110}" python3 -m kernelgen tune "${MANIFEST:-examples/workloads_gpu.toml}" --seconds "${TUNE_PER_IMPL:-6}" --json \
         > "$OUT/tune.json" 2> "$OUT/tune.err"
     echo "tune rc=$? in $(( $(date +%s) - start )) s"; tail -5 "$OUT/tune.err" | cut -c1-300
 fi
 if [ "${BENCH_S:-70}" -gt 0 ]; then
-    timeout "${BENCH_S:-70}" python3 benchmarks/bench_gpu.py --rounds 3 --json > "$OUT/bench.txt" 2>&1
+    timeout "${BENCH_S:-70}" python3 benchmarks/bench_gpu.py --manifest "${MANIFEST:-examples/workloads_gpu.toml}" --rounds 3 --json > "$OUT/bench.txt" 2>&1
     echo "bench rc=$?"; grep -v '^ *[][{}"]' "$OUT/bench.txt" | head -40 | cut -c1-400
+fi
+if [ -n "${EXTRA:-}" ]; then
+    timeout "${EXTRA_S:-60}" python3 "$EXTRA" > "$OUT/extra.txt" 2>&1
+    echo "extra rc=$?"; grep -v "^ *#" "$OUT/extra.txt" | tail -25 | cut -c1-300
 fi

@@ -34,6 +34,7 @@ from torch.utils import _pytree as pytree
 
 import kernelgen
 from kernelgen.lowering import handled_ops, op_name
+from kernelgen.testing import device_for
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,
           torch.int64, torch.uint8, torch.bool)
@@ -104,7 +105,7 @@ def _noncontig(t: torch.Tensor) -> torch.Tensor:
     """The same values in a tensor whose last dim has stride 2 (a view into a buffer twice as wide)."""
     if t.dim() == 0 or t.numel() <= 1:
         return t.clone()
-    wide = torch.empty((*t.shape, 2), dtype=t.dtype)
+    wide = torch.empty((*t.shape, 2), dtype=t.dtype, device=t.device)
     out = wide[..., 0]
     out.copy_(t)
     return out
@@ -327,7 +328,8 @@ def run_op(info: Any, backend: str = "cpp", dtypes: Iterable[torch.dtype] | None
         with warnings.catch_warnings():  # eager's own warnings on OpInfo's edge samples (var of one element...)
             warnings.simplefilter("ignore")
             for dtype in dtypes_of(info, dtypes):
-                samples = _spread(list(info.sample_inputs("cpu", dtype, requires_grad=False)), max_samples)
+                samples = _spread(list(info.sample_inputs(device_for(backend), dtype, requires_grad=False)),
+                                  max_samples)
                 for index, sample in enumerate(samples):
                     tensors, _ = _split(sample)
                     for variant in variants:

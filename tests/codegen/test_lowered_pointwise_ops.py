@@ -20,6 +20,8 @@ if not torch.cuda.is_available():
 import kernelgen  # noqa: E402
 from kernelgen.backends import get_backend  # noqa: E402
 from kernelgen.reference import evaluate  # noqa: E402
+from kernelgen.testing import device_for  # noqa: E402
+from tests.codegen.eager_compare import assert_close_to_either, eager_on_cpu  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy, in the interpreter, on inf/NaN
 TOL = {torch.float32: dict(rtol=2e-5, atol=1e-6), torch.float64: dict(rtol=1e-10, atol=1e-12),
@@ -55,14 +57,15 @@ def _ints(dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
 
 
 def _same(fn, *args, backend: str) -> None:
+    args = tuple(a.to(device_for(backend)) for a in args)  # a GPU's Triton kernels take GPU tensors
     compiled = kernelgen.compile(fn, backend=backend)
     got, want = compiled(*args), fn(*args)
     assert compiled.explain(*args)["implementation"] != "eager", "expected a kernel, got an eager fallback"
-    gots, wants = (got, want) if isinstance(want, tuple) else ((got,), (want,))
-    for k, (g, w) in enumerate(zip(gots, wants)):
+    want_cpu = eager_on_cpu(fn, *args) if args[0].device.type != "cpu" else want
+    gots, wants, cpus = (got, want, want_cpu) if isinstance(want, tuple) else ((got,), (want,), (want_cpu,))
+    for k, (g, w, c) in enumerate(zip(gots, wants, cpus)):
         assert g.dtype == w.dtype and g.shape == w.shape, f"output {k}: {g.dtype}{list(g.shape)} vs {w.dtype}"
-        torch.testing.assert_close(g, w, equal_nan=True, msg=lambda m, k=k: f"output {k}: {m}",
-                                   **TOL.get(w.dtype, dict(rtol=0, atol=0)))
+        assert_close_to_either(g, w, c, msg=lambda m, k=k: f"output {k}: {m}", **TOL.get(w.dtype, dict(rtol=0, atol=0)))
 
 
 ACTIVATIONS = {

@@ -15,6 +15,7 @@ if not torch.cuda.is_available():
 
 import kernelgen  # noqa: E402
 from kernelgen.backends import get_backend  # noqa: E402
+from kernelgen.testing import device_for  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
@@ -51,7 +52,7 @@ EAGER_CASES = {  # correct, but no template takes the reshape of the result yet
 @pytest.mark.parametrize("name", sorted(KERNEL_CASES) + sorted(EAGER_CASES))
 def test_reduction_matches_eager(name, backend):
     fn = KERNEL_CASES.get(name) or EAGER_CASES[name]
-    x = _vector()
+    x = _vector().to(device_for(backend))
     compiled = kernelgen.compile(fn, backend=backend)
     got, want = compiled(x), fn(x)
     assert got.dtype == want.dtype and got.shape == want.shape

@@ -111,9 +111,17 @@ def test_nan_and_inf_inputs_land_where_torch_puts_them(causal, config):
     torch.testing.assert_close(out, _visible_keys_reference(q, k, v, causal), atol=1e-5, rtol=1e-5, equal_nan=True)
     # Eager's fused CPU kernel writes 0 (not NaN) for a query whose scores are all NaN or -inf, where torch's
     # math reference and the definition give NaN: kernelgen keeps the NaN there and equals eager elsewhere.
+    # On a GPU eager's own backends disagree where V holds inf (the math backend's p * inf is NaN for p = 0,
+    # the fused kernels skip hidden keys): there an element must equal one of them.
     eager = fn(q, k, v)
     zeroed_by_eager = out.isnan().all(-1, keepdim=True) & ~eager.isnan().all(-1, keepdim=True)
-    torch.testing.assert_close(torch.where(zeroed_by_eager, eager, out), eager, atol=1e-5, rtol=1e-5, equal_nan=True)
+    like_eager = zeroed_by_eager | torch.isclose(out, eager, atol=1e-5, rtol=1e-5, equal_nan=True)
+    if DEVICE != "cpu":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with sdpa_kernel([SDPBackend.MATH]):
+            like_eager |= torch.isclose(out, fn(q, k, v), atol=1e-5, rtol=1e-5, equal_nan=True)
+    assert like_eager.all(), f"{int((~like_eager).sum())} elements differ from every eager backend"
     if causal:
         before = [0, 1, 2, 3, 5, 6, 7, 8]  # not the -inf query 4
         assert not out[0, 1, before].isnan().any()  # the NaN key 9 is after these queries' diagonal
@@ -149,7 +157,7 @@ def flash_graph(causal, *inputs):
 
     graph = aten_graph_of(fn, [TensorSpec.of(t) for t in inputs])
     assert graph is not None
-    return graph, list(fn(*inputs))
+    return graph, [t.to(DEVICE) for t in fn(*(t.cpu() for t in inputs))]  # the op is CPU-only
 
 
 @pytest.mark.parametrize("causal", [False, True])

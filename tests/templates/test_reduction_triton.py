@@ -45,7 +45,8 @@ def rand(*shape, dtype=torch.float32):
     return torch.randn(*shape, device=DEVICE).to(dtype)
 
 
-LOOP = {"ROWS": 1, "BLOCK_N": 32, "num_warps": 4}  # forces the looped path on rows longer than 32
+# forces the looped path on rows longer than 32 (one warp on a GPU, whose space refuses idle warps)
+LOOP = {"ROWS": 1, "BLOCK_N": 32, "num_warps": 4 if DEVICE == "cpu" else 1}
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
@@ -116,7 +117,7 @@ def test_per_row_input_in_the_epilogue_and_3d_leading_dims():
 
 
 def test_several_rows_per_program_and_masked_tail_rows():
-    source = run(lambda x: x - x.amax(-1, keepdim=True), rand(7, 5), config={"ROWS": 4, "BLOCK_N": 8, "num_warps": 4})
+    source = run(lambda x: x - x.amax(-1, keepdim=True), rand(7, 5), config={"ROWS": 4, "BLOCK_N": 8, "num_warps": LOOP["num_warps"]})
     assert '"ROWS": 4' in source.meta["constexprs"] and source.meta["grid"] == "[2]"
 
 
