@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 from kernelgen.db import TuningDB, open_db
-from kernelgen.values import Config, FrozenMap, Measurement, Provenance, Status, TensorSpec, TimeStats, TuningRecord
+from kernelgen.ir.values import (Config, FrozenMap, Measurement, Provenance, Status, TensorSpec, TimeStats,
+                                 TuningRecord)
 
 TOOLCHAIN = FrozenMap({"kernelgen": "0.1.0", "torch": "2.13.0", "triton": "3.9.0", "compiler": "g++ 12.2.0"})
 

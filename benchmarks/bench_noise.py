@@ -118,7 +118,7 @@ def report(doc: dict[str, Any]) -> None:
 def recorded_verdicts(url: str) -> tuple[int, list[float]]:
     """(declared verdicts in the database, ratio of each to the fastest search trial of its config)."""
     from kernelgen.db import open_db
-    from kernelgen.values import Evidence
+    from kernelgen.ir.values import Evidence
 
     with open_db(url) as db:
         records = [r for r in db.records() if r.measurement.ok]

@@ -35,7 +35,7 @@ def contenders(workload: Any, graph: Any, best: Any) -> dict[str, Callable[[], A
     import torch
 
     from kernelgen.implementation import allocate_outputs, resolve
-    from kernelgen.target import Target
+    from kernelgen.ir.target import Target
     from kernelgen.check import make_inputs
 
     inputs = [view for _, view in make_inputs(graph.signature, 0)]

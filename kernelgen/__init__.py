@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from kernelgen import logs as _logs
+from kernelgen.version import __version__
 
 _logs.configure_from_env()  # KERNELGEN_LOG=debug|info|warning: the library's only handler, opt-in
 
 from kernelgen.dispatch import CompiledFunction, compile
 from kernelgen.errors import KernelgenError
-from kernelgen.ir import Graph, trace
-from kernelgen.space import Constraint, Param, SearchSpace
-from kernelgen.target import Target
+from kernelgen.ir.graph import Graph
+from kernelgen.frontend.capture import trace
+from kernelgen.ir.space import Constraint, Param, SearchSpace
+from kernelgen.ir.target import Target
 from kernelgen.registry import custom_call, register_custom_call
-from kernelgen.values import Config, Measurement, Source, Status, TensorSpec, TimeStats, TuningRecord
+from kernelgen.ir.values import Config, Measurement, Source, Status, TensorSpec, TimeStats, TuningRecord
 
 __all__ = sorted([
     "CompiledFunction",

@@ -1,6 +1,6 @@
 """Eager's index errors for kernels that gather rows: checked on the index tensors before the kernel runs.
 
-A ``gather`` node (``F.embedding``, ``x[index]``; ``kernelgen.ir.MOVE_OPS``) reads row ``index`` of its
+A ``gather`` node (``F.embedding``, ``x[index]``; ``kernelgen.ir.graph.MOVE_OPS``) reads row ``index`` of its
 source. Its kernels clamp the index so nothing is read out of bounds, but eager raises ``IndexError`` for an
 index out of range (and ``F.embedding`` for any negative one), and eager's error is the contract: so every
 launch of such a kernel first checks the index inputs' range (one min and one max over the index tensor,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kernelgen.values import TensorSpec
+from kernelgen.ir.values import TensorSpec
 
 # (rtol, atol) per output dtype. Loose enough for -ffast-math (vectorised erf/tanh, reassociated sums),
 # tight enough that a wrong tile index or an unwritten block is far outside. Other dtypes compare exactly.

@@ -18,7 +18,7 @@ from typing import Any
 from kernelgen.errors import InputMismatchError, KernelgenError, ShapePropagationError, TraceError
 from kernelgen.frontend.outputs import fill_out
 from kernelgen.frontend.signature import KEYS, NotAConstant, describe_values, signature_key, value_key
-from kernelgen.values import SUPPORTED_DTYPES
+from kernelgen.ir.values import SUPPORTED_DTYPES
 
 log = logging.getLogger(__name__)
 _DBS: dict[tuple, Any] = {}  # open databases by (url, team url): opening one costs ~30 ms

@@ -2,7 +2,7 @@
 
 Every message names the offending value and the fix; the CLI prints ``str(error)`` on one line and
 exits non-zero. Per-configuration failures during tuning are *not* exceptions: they are
-``Measurement`` values with a status (see ``kernelgen.values``).
+``Measurement`` values with a status (see ``kernelgen.ir.values``).
 """
 
 from __future__ import annotations

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 from kernelgen.errors import KernelgenError, NoTemplateError
-from kernelgen.ir import Graph
-from kernelgen.space import SearchSpace
-from kernelgen.target import Target
-from kernelgen.values import Config
+from kernelgen.ir.graph import Graph
+from kernelgen.ir.space import SearchSpace
+from kernelgen.ir.target import Target
+from kernelgen.ir.values import Config
 
 Launcher = Callable[..., None]
 """Called with the graph's inputs then its preallocated outputs, in order; writes the outputs."""

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kernelgen.errors import UnsupportedOpError
-from kernelgen.values import TensorSpec
+from kernelgen.ir.values import TensorSpec
 
 Handler = Callable[..., Any]
 _HANDLERS: dict[str, Handler] = {}
@@ -77,7 +77,7 @@ def _torch_namespaces() -> tuple[Any, ...]:
 
 def lower(b: Any, kind: str, target: Any, args: tuple, kwargs: dict, meta: TensorSpec | None, where: str) -> Any:
     """Append the primitives for one fx node to builder ``b``; return its node ref (or a Python value)."""
-    from kernelgen.ir import _NodeRef
+    from kernelgen.ir.graph import NodeRef
 
     if kind == "get_attr":
         raise UnsupportedOpError(f"module attribute {target!r} at {where}; pass tensors as function arguments")
@@ -87,9 +87,9 @@ def lower(b: Any, kind: str, target: Any, args: tuple, kwargs: dict, meta: Tenso
     if handler is None:
         raise UnsupportedOpError(f"unsupported op {name!r} at `{where}`; supported: {', '.join(sorted(_HANDLERS))}")
     result = handler(b, args, kwargs, meta, where)
-    if isinstance(result, int) and not isinstance(result, _NodeRef) and not isinstance(result, bool) \
+    if isinstance(result, int) and not isinstance(result, NodeRef) and not isinstance(result, bool) \
             and name not in ("size", "dim", "getattr"):
-        result = _NodeRef(result)
+        result = NodeRef(result)
     return result
 
 
@@ -105,15 +105,15 @@ def _refuse_mutation(name: str, kwargs: dict, where: str) -> None:
 
 
 def _ref(x: Any) -> Any:
-    from kernelgen.ir import _NodeRef
+    from kernelgen.ir.graph import NodeRef
 
-    return _NodeRef(x)
+    return NodeRef(x)
 
 
 def _is_node(x: Any) -> bool:
-    from kernelgen.ir import _NodeRef
+    from kernelgen.ir.graph import NodeRef
 
-    return isinstance(x, _NodeRef)
+    return isinstance(x, NodeRef)
 
 
 def _is_float_dtype(dtype: str) -> bool:

@@ -13,8 +13,8 @@ from typing import Any
 
 from kernelgen.errors import UnsupportedOpError
 from kernelgen.lowering import _arg, _cast_to, _handles, _is_node
-from kernelgen.ir import encode_pads
-from kernelgen.values import TensorSpec
+from kernelgen.ir.graph import encode_pads
+from kernelgen.ir.values import TensorSpec
 
 
 @_handles("cat", "concat", "concatenate")

@@ -14,7 +14,7 @@ from typing import Any
 
 from kernelgen.errors import UnsupportedOpError
 from kernelgen.lowering import _arg, _binary, _cast_to, _float_result, _handles, _is_float_dtype, _is_node, _ref
-from kernelgen.values import TensorSpec
+from kernelgen.ir.values import TensorSpec
 
 
 def reduced_dims(b: Any, x: int, dim: Any, kind: str, where: str) -> tuple[int, ...]:

@@ -1,5 +1,5 @@
 """Lowering handlers for the cumulative ops (``torch.cumsum``, ``torch.cumprod`` and their ATen overloads) to the
-IR's scans (``kernelgen.ir.SCAN_OPS``), which the scan template renders (``kernelgen.templates.scan``).
+IR's scans (``kernelgen.ir.graph.SCAN_OPS``), which the scan template renders (``kernelgen.templates.scan``).
 
 Imported by ``kernelgen.lowering_pointwise`` (the handler table lives in ``kernelgen.lowering``).
 """
@@ -10,7 +10,7 @@ from typing import Any
 
 from kernelgen.errors import UnsupportedOpError
 from kernelgen.lowering import _arg, _cast_to, _handles, _is_node
-from kernelgen.values import TensorSpec
+from kernelgen.ir.values import TensorSpec
 
 
 def _scan(op: str) -> Any:

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from kernelgen.errors import RegistryError
-from kernelgen.ir import Graph
-from kernelgen.target import Target
+from kernelgen.ir.graph import Graph
+from kernelgen.ir.target import Target
 
 _Launcher = Callable[..., None]
 
@@ -118,7 +118,7 @@ class Registry:
             if key in self._matches:
                 return self._matches[key]
         from kernelgen.errors import KernelgenError
-        from kernelgen.ir import trace
+        from kernelgen.frontend.capture import trace
 
         try:
             found = trace(entry.replaces, *graph.signature).workload_key == graph.workload_key

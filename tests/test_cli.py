@@ -104,7 +104,7 @@ def test_unwritable_output_path_is_one_line_error(command: list[str], tmp_path) 
 
 def test_deeply_nested_import_line_is_one_line_error(tmp_path) -> None:
     from kernelgen.db.jsonl import header
-    from kernelgen.values import canonical_json
+    from kernelgen.ir.values import canonical_json
 
     path = tmp_path / "deep.jsonl"
     path.write_text(canonical_json(header()) + "\n" + "[" * 200_000 + "]" * 200_000 + "\n")

@@ -14,8 +14,8 @@ from kernelgen.backends import get_backend
 from kernelgen.dispatch import compile
 from kernelgen.errors import InputMismatchError
 from kernelgen.implementation import implementations_for
-from kernelgen.target import Target
-from kernelgen.values import Config, FrozenMap, Measurement, Provenance, Status, TimeStats, TuningRecord
+from kernelgen.ir.target import Target
+from kernelgen.ir.values import Config, FrozenMap, Measurement, Provenance, Status, TimeStats, TuningRecord
 
 pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")
 

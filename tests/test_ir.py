@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import kernelgen
 from kernelgen.errors import TraceError, UnsupportedOpError
-from kernelgen.values import TensorSpec
+from kernelgen.ir.values import TensorSpec
 
 
 def f32(*shape: int) -> TensorSpec:
@@ -44,7 +44,7 @@ def test_hash_changes_with_shape_but_family_does_not() -> None:
 
 def test_hash_is_stable_across_processes() -> None:
     code = ("import kernelgen, torch.nn.functional as F\n"
-            "from kernelgen.values import TensorSpec as T\n"
+            "from kernelgen.ir.values import TensorSpec as T\n"
             "def f(x, b): return F.gelu(x + b)\n"
             "print(kernelgen.trace(f, T((4, 8), 'float32'), T((8,), 'float32')).workload_key)\n")
     keys = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()

@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from kernelgen.errors import KernelgenError
-from kernelgen.target import Target
-from kernelgen.values import FrozenMap
+from kernelgen.ir.target import Target
+from kernelgen.ir.values import FrozenMap
 
 
 def test_current_cpu_target_describes_this_machine() -> None:
@@ -22,7 +22,7 @@ def test_current_cpu_target_describes_this_machine() -> None:
 
 
 def test_fingerprint_is_stable_across_processes() -> None:
-    code = "from kernelgen.target import Target; print(Target.current('cpp').fingerprint)"
+    code = "from kernelgen.ir.target import Target; print(Target.current('cpp').fingerprint)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == Target.current("cpp").fingerprint
 

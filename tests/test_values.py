@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from kernelgen.values import (Config, FrozenMap, Measurement, Provenance, Status, TensorSpec, TimeStats,
-                              TuningRecord)
+from kernelgen.ir.values import (Config, FrozenMap, Measurement, Provenance, Status, TensorSpec, TimeStats,
+                                 TuningRecord)
 
 
 def _record(status: Status = Status.OK) -> TuningRecord:

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from kernelgen.target import Target
-from kernelgen.values import Source, TimeStats
+from kernelgen.ir.target import Target
+from kernelgen.ir.values import Source, TimeStats
 
 
 class Kernel(ABC):

@@ -28,9 +28,9 @@ from typing import Any
 
 from kernelgen.errors import CompileError, ToolchainUnavailableError, UnsupportedOpError
 from kernelgen.paths import atomic_write_text, cache_dir
-from kernelgen.space import Constraint, Param, SearchSpace
-from kernelgen.target import Target
-from kernelgen.values import Config, Source, content_hash
+from kernelgen.ir.space import Constraint, Param, SearchSpace
+from kernelgen.ir.target import Target
+from kernelgen.ir.values import Config, Source, content_hash
 
 _VERSION = "4"  # bump when the report's recipe changes
 _DEFAULT_LIMITS = {"warp_size": 32, "max_threads": 1024, "shared_memory": 49152, "registers": 65536}
@@ -115,9 +115,9 @@ _memo_lock = threading.Lock()
 
 
 def _cache_key(source: Source, target: Target) -> str:
-    from kernelgen.target import _library_versions
+    from kernelgen.ir.target import library_versions
 
-    return content_hash([_VERSION, source.hash, gpu_target_spec(target), _library_versions().get("triton")], 32)
+    return content_hash([_VERSION, source.hash, gpu_target_spec(target), library_versions().get("triton")], 32)
 
 
 def aot_compile(source: Source, target: Target) -> ResourceReport:

@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from kernelgen import __version__
+from kernelgen.version import __version__
 from kernelgen.errors import KernelgenError
 
 app = typer.Typer(

@@ -76,7 +76,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """List records: name, workload key, implementation, target, status, median time, config."""
         from kernelgen.db.verdict import verdicts
-        from kernelgen.values import Status
+        from kernelgen.ir.values import Status
 
         if status is not None and status not in {s.value for s in Status}:
             raise typer.BadParameter(f"{status!r} is not one of {[s.value for s in Status]}", param_hint="--status")

@@ -19,7 +19,7 @@ from collections.abc import Iterable, MutableMapping, Sequence
 
 from kernelgen.codegen.cpp_prelude import PRELUDE
 from kernelgen.codegen.cpp_renderer import COMPUTE, STORAGE, CppRenderer, is_float, literal
-from kernelgen.ir import Graph
+from kernelgen.ir.graph import Graph
 
 
 

@@ -1,7 +1,7 @@
 """The C-style renderers: ``CStyleRenderer`` (rows that are plain C) and ``CppRenderer`` (those plus libm,
 the prelude's helpers and float16/bfloat16), one ``OpRule`` per IR op, over typed literals and conversions.
 
-Numerics (see ``kernelgen.ir``): float16/bfloat16/float32 values are computed in ``float``, float64 in
+Numerics (see ``kernelgen.ir.graph``): float16/bfloat16/float32 values are computed in ``float``, float64 in
 ``double``; float16 and bfloat16 are stored as ``uint16_t`` and converted with the integer bit tricks of
 ``cpp_prelude.PRELUDE`` that gcc vectorises. Float math stays in float (``expf``, not ``exp``) so gcc can
 call libmvec. Values follow eager PyTorch, NaN and ±Inf included: max/min/relu/clamp propagate NaN, integer
@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from kernelgen.codegen.cpp_prelude import PRELUDE
 from kernelgen.codegen.renderer import INTEGRAL, NUMBER, REAL, OpRule, Renderer, integer_divisor
-from kernelgen.ir import ELEMENTWISE_OPS, Graph, Node
+from kernelgen.ir.graph import ELEMENTWISE_OPS, Graph, Node
 
 STORAGE = {"float16": "uint16_t", "bfloat16": "uint16_t", "float32": "float", "float64": "double",
            "int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from kernelgen.errors import UnsupportedOpError
-from kernelgen.ir import Graph
+from kernelgen.ir.graph import Graph
 
 FLOAT, INT, BOOL = "float", "int", "bool"
 ANY = frozenset({FLOAT, INT, BOOL})

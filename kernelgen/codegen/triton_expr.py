@@ -12,7 +12,7 @@ from __future__ import annotations
 from kernelgen.codegen.triton_renderer import OPS, REFUSED, ExprEmitter, TritonRenderer
 from kernelgen.codegen.triton_types import (HEADER, POINTER_TYPE, TL_DTYPE, bf16_round, compute_dtype, const_literal,
                                             is_float, tanh, to_compute, to_storage)
-from kernelgen.ir import Graph
+from kernelgen.ir.graph import Graph
 
 
 
@@ -27,7 +27,7 @@ def signature_json(graph: Graph) -> str:
     """Source.meta["signature"]: the inputs' specs then the (contiguous) outputs' specs."""
     import json
 
-    from kernelgen.values import TensorSpec
+    from kernelgen.ir.values import TensorSpec
 
     specs = list(graph.signature) + [TensorSpec(s.shape, s.dtype) for s in graph.output_specs]
     return json.dumps([s.to_json() for s in specs])

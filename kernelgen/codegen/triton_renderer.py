@@ -17,7 +17,7 @@ from kernelgen.codegen import triton_rules as rules
 from kernelgen.codegen.renderer import INTEGRAL, NUMBER, REAL, OpRule, Renderer
 from kernelgen.codegen.triton_types import (HEADER, INF, NARROW, TL_DTYPE, and_, bf16_round, compute_dtype, div_expr,
                                             is_float, or_, scalar, sqrt_expr)
-from kernelgen.ir import Graph, Node
+from kernelgen.ir.graph import Graph, Node
 
 _COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 

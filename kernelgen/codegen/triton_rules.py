@@ -15,7 +15,7 @@ from kernelgen.codegen.renderer import integer_divisor
 from kernelgen.codegen.triton_types import (INF, INT_BITS, NAN, NINF, TL_DTYPE, and_, bf16_round, compute_dtype,
                                             div_expr, fmod_expr, is_float, or_, sqrt_expr, tanh)
 from kernelgen.errors import UnsupportedOpError
-from kernelgen.ir import Node
+from kernelgen.ir.graph import Node
 
 Lines = list[str]
 _LN2 = 0.6931471805599453

@@ -25,7 +25,7 @@ from kernelgen.paths import atomic_write_text, cache_dir
 
 if TYPE_CHECKING:
     from kernelgen.custom_calls.entry import CustomCall
-    from kernelgen.values import Config
+    from kernelgen.ir.values import Config
 
 RUNNABLE, COMPILE_ONLY, UNAVAILABLE = "runnable", "compile-only", "unavailable"
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kernelgen.paths import atomic_write_text, cache_dir
-from kernelgen.values import Config, TensorSpec
+from kernelgen.ir.values import Config, TensorSpec
 
 log = logging.getLogger(__name__)
 

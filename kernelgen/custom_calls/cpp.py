@@ -8,7 +8,7 @@ import threading
 from typing import Any
 
 from kernelgen.custom_calls.base import Language, NativeKernel, defines
-from kernelgen.values import Config
+from kernelgen.ir.values import Config
 
 
 class CppLanguage(Language):

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from kernelgen.errors import RegistryError
-from kernelgen.space import Constraint, Param, SearchSpace
-from kernelgen.values import Config, TensorSpec, content_hash
+from kernelgen.ir.space import Constraint, Param, SearchSpace
+from kernelgen.ir.values import Config, TensorSpec, content_hash
 
 _SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx", ".c", ".cu", ".hip", ".cl", ".py")
 _RESERVED = ("specs", "target")  # constraint arguments that are not params
@@ -310,7 +310,7 @@ def make_entry(launcher: Callable[..., None], *, module: str | None = None, modu
     if unknown:
         raise RegistryError(f"{where}: defines {unknown} are not params {sorted(names)}")
     if dtypes is not None:
-        from kernelgen.values import SUPPORTED_DTYPES
+        from kernelgen.ir.values import SUPPORTED_DTYPES
 
         if any(d not in SUPPORTED_DTYPES for d in dtypes):
             raise RegistryError(f"{where}: dtypes {list(dtypes)} must be some of {list(SUPPORTED_DTYPES)}")

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from kernelgen.custom_calls.base import (Language, NativeKernel, cached_build, defines, find_tool,
                                          gpu_platform)
 from kernelgen.errors import ToolchainUnavailableError
-from kernelgen.values import Config
+from kernelgen.ir.values import Config
 
 
 class GpuCompilerLanguage(Language):

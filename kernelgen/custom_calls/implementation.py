@@ -15,10 +15,10 @@ from kernelgen import code_hash
 from kernelgen.custom_calls import checks, get_language
 from kernelgen.errors import InputMismatchError, KernelgenError
 from kernelgen.implementation import Implementation, Launcher
-from kernelgen.ir import Graph
-from kernelgen.space import SearchSpace
-from kernelgen.target import Target
-from kernelgen.values import Config, TensorSpec
+from kernelgen.ir.graph import Graph
+from kernelgen.ir.space import SearchSpace
+from kernelgen.ir.target import Target
+from kernelgen.ir.values import Config, TensorSpec
 
 
 

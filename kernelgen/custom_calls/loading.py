@@ -15,7 +15,7 @@ from importlib import metadata
 from pathlib import Path
 
 from kernelgen.errors import RegistryError
-from kernelgen.values import content_hash
+from kernelgen.ir.values import content_hash
 
 ENTRY_POINT_GROUP = "kernelgen.registry"
 PATH_ENV = "KERNELGEN_REGISTRY_PATH"

@@ -21,7 +21,7 @@ from typing import Any
 
 from kernelgen.custom_calls.base import Language, NativeKernel, cached_build, defines, find_tool
 from kernelgen.errors import CompileError, ToolchainUnavailableError
-from kernelgen.values import Config
+from kernelgen.ir.values import Config
 
 _SYCL_COMPILERS = ("icpx", "acpp", "syclcc")
 _DPCTL_HINT = "dpctl not installed: pip install dpctl intel-opencl-rt (OpenCL CPU device)"

@@ -16,7 +16,7 @@ from typing import Any
 
 from kernelgen.custom_calls.base import Language, gpu_platform
 from kernelgen.errors import CompileError, ToolchainUnavailableError
-from kernelgen.values import Config, content_hash
+from kernelgen.ir.values import Config, content_hash
 
 
 def interpreting() -> bool:

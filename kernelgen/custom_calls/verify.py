@@ -10,8 +10,8 @@ from typing import Any
 from kernelgen.custom_calls import checks, get_language
 from kernelgen.custom_calls.base import COMPILE_ONLY, RUNNABLE, backend_for
 from kernelgen.errors import KernelgenError, ToolchainUnavailableError
-from kernelgen.ir import Graph, Node
-from kernelgen.values import Config, TensorSpec
+from kernelgen.ir.graph import Graph, Node
+from kernelgen.ir.values import Config, TensorSpec
 
 
 def call_graph(entry: Any, specs: Sequence[TensorSpec]) -> Graph:
@@ -64,7 +64,7 @@ def check_entry(entry: Any, all_configs: bool = False, timeout: float | None = N
     (wrong_result, runtime_error, timeout, compile_error).
     """
     from kernelgen.custom_calls.implementation import CustomCallImplementation
-    from kernelgen.target import Target
+    from kernelgen.ir.target import Target
     from kernelgen.tune import checked
 
     name = entry.implementation_name

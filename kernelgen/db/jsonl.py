@@ -21,7 +21,7 @@ from typing import Any
 
 from kernelgen.db.limits import MAX_JSON_DEPTH, MAX_RECORD_CHARS, checked_row, json_depth_ok
 from kernelgen.errors import ImportFormatError, KernelgenError
-from kernelgen.values import TuningRecord, canonical_json
+from kernelgen.ir.values import TuningRecord, canonical_json
 
 FORMAT = "kernelgen-tuning-records"
 VERSION = 2

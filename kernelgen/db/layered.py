@@ -16,7 +16,7 @@ from kernelgen.db import jsonl
 from kernelgen.db.nearest import NearestGroups, merge_groups, rank
 from kernelgen.db.verdict import preferred
 from kernelgen.db.store import TuningDB
-from kernelgen.values import TensorSpec, TuningRecord
+from kernelgen.ir.values import TensorSpec, TuningRecord
 
 
 class LayeredDB:

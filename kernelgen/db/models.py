@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import Float, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from kernelgen.values import TuningRecord, canonical_json, content_hash
+from kernelgen.ir.values import TuningRecord, canonical_json, content_hash
 
 # Alembic's default table is ``alembic_version``, which Optuna's storage uses in the same database.
 VERSION_TABLE = "kernelgen_alembic_version"
@@ -40,7 +40,7 @@ class RecordRow(Base):
     status: Mapped[str] = mapped_column(String(32))
     # NULL unless status is ok; best() sorts on it.
     time_median: Mapped[float | None] = mapped_column(Float, nullable=True)
-    # kernelgen.values.Evidence (schema 3): best() ranks on it before time_median.
+    # kernelgen.ir.values.Evidence (schema 3): best() ranks on it before time_median.
     evidence: Mapped[int] = mapped_column(Integer, server_default="2")
     # The workload's human name (schema 4): `db show --workload NAME` filters on it; NULL in older rows.
     name: Mapped[str | None] = mapped_column(String(255), nullable=True)

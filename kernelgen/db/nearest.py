@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from kernelgen.db.verdict import best_key, preferred  # noqa: F401  (re-exported: the definition lives there)
-from kernelgen.values import TensorSpec, TuningRecord
+from kernelgen.ir.values import TensorSpec, TuningRecord
 
 _DTYPE_PENALTY = 8.0  # a different dtype is a far neighbour: like 256x in one dimension
 _RANK_PENALTY = 16.0

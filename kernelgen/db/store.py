@@ -25,7 +25,7 @@ from kernelgen.db.nearest import NearestGroups, rank
 from kernelgen.db.schema import current_revision, ensure_schema, schema_number
 from kernelgen.errors import DatabaseError
 from kernelgen.paths import default_db_url
-from kernelgen.values import Evidence, Status, TensorSpec, TuningRecord
+from kernelgen.ir.values import Evidence, Status, TensorSpec, TuningRecord
 
 T = RecordRow.__table__
 _CHUNK = 500  # rows per INSERT: well under SQLite's bound-parameter limit
@@ -212,7 +212,7 @@ class TuningDB:
              toolchain: Mapping[str, str] | None = None) -> TuningRecord | None:
         """The record dispatch should run for the workload on exactly this target: the newest one the tuner
         declared best, else the fastest confirmed finalist, else the fastest ok trial (ties: smallest
-        record_id). See ``kernelgen.values.Evidence``: a lucky single sample never outranks a verdict. This
+        record_id). See ``kernelgen.ir.values.Evidence``: a lucky single sample never outranks a verdict. This
         is ``kernelgen.db.verdict.verdict`` over those records, run in SQL on an index.
 
         ``implementations`` (name -> implementation hash) restricts to those exact pairs; ``toolchain``

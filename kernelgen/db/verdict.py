@@ -1,7 +1,7 @@
 """The one definition of "best": which record of a workload on a target dispatch runs.
 
 Rank ok records by evidence (the tuner's declared verdict first, then confirmed finalists, then search
-trials; ``kernelgen.values.Evidence``), among verdicts the newest, then by median time, ties by record_id.
+trials; ``kernelgen.ir.values.Evidence``), among verdicts the newest, then by median time, ties by record_id.
 ``TuningDB.best`` runs the same order in SQL on an index; everything else that names a best record (``db
 show --best``, ``explain()``, the tune table, the report, the Optuna study's mark, a layered database's
 choice between layers) calls ``verdict``/``best_key`` here, so they all name the same config.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kernelgen.values import Evidence, TuningRecord
+from kernelgen.ir.values import Evidence, TuningRecord
 
 
 def best_key(record: TuningRecord) -> tuple[int, float, float, str]:

@@ -15,7 +15,7 @@ from typing import Any
 from kernelgen import lowering
 from kernelgen.errors import UnsupportedOpError
 from kernelgen.lowering import _arg, _cast_to, _handles, _is_node, _operand, _ref
-from kernelgen.values import TensorSpec
+from kernelgen.ir.values import TensorSpec
 
 
 def aten_name(target: Any) -> str:

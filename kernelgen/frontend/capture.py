@@ -12,14 +12,15 @@ import functools
 import inspect
 import operator
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kernelgen.errors import ShapePropagationError, TraceError, UnsupportedOpError
-from kernelgen.frontend.callables import Callee
+from kernelgen.errors import KernelgenError, ShapePropagationError, TraceError, UnsupportedOpError
+from kernelgen.frontend.callables import Callee, describe
 from kernelgen.frontend.outputs import ARG, CONST, COPY, OUT, OutputPlan, plain
-from kernelgen.values import TensorSpec
+from kernelgen.ir.graph import Graph, GraphBuilder, NodeRef, prune
+from kernelgen.ir.values import TensorSpec
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,24 @@ def capture(callee: Callee, values: Sequence[Any], layout: Any = None, state: Se
     propagate_meta(gm, specs)
     graph, plan = _lower(gm, specs, functional)
     return Capture(graph, plan, tuple(picks), _replay(gm, plan))
+
+
+def trace(fn: Callable[..., Any], *example_inputs: Any) -> Graph:
+    """Trace ``fn`` into a ``Graph``. Inputs are torch tensors or ``TensorSpec``s (nothing is computed);
+    other values are constants of the trace. ``fn`` may be anything ``kernelgen.compile`` accepts; an
+    ``nn.Module``'s parameters and buffers that it reads become inputs after the arguments.
+
+    Raises ``UnsupportedOpError`` naming the op and where it is when ``fn`` uses an op kernelgen cannot
+    lower, and ``TraceError`` when fn cannot be traced symbolically (for example data-dependent control
+    flow) or its shapes do not propagate.
+    """
+    callee = describe(fn)
+    try:
+        values, layout = callee.bind(tuple(example_inputs), {})
+    except KernelgenError as exc:
+        wanted = f"takes {callee.arity} tensors but" if callee.arity is not None else "cannot take"
+        raise TraceError(f"{callee.name!r} {wanted} {len(example_inputs)} example inputs ({exc})") from None
+    return capture(callee, values, layout, callee.read_state()).graph
 
 
 def _module_of(fn: Any) -> Any:
@@ -276,13 +295,12 @@ def _lower(gm: Any, specs: Sequence[TensorSpec], functional: dict[Any, tuple[Any
     from torch.utils._pytree import tree_flatten, tree_map
 
     from kernelgen import lowering
-    from kernelgen.ir import Graph, _Builder, _NodeRef, _prune
 
-    builder = _Builder()
+    builder = GraphBuilder()
     env: dict[Any, Any] = {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for index, (node, spec) in enumerate(zip(placeholders, specs)):
-        env[node] = _NodeRef(builder.add("input", (), spec, index=index))
+        env[node] = NodeRef(builder.add("input", (), spec, index=index))
     leaves: list[tuple[str, Any]] = []
     outputs: list[int] = []
     spec_tree: Any = None
@@ -295,7 +313,7 @@ def _lower(gm: Any, specs: Sequence[TensorSpec], functional: dict[Any, tuple[Any
             first_fx: dict[int, Any] = {}  # IR node -> the fx node that first returned it
             for item in flat:
                 value = env.get(item) if isinstance(item, torch.fx.Node) else item
-                if not isinstance(value, _NodeRef):
+                if not isinstance(value, NodeRef):
                     leaves.append((CONST, value))
                 elif builder.nodes[int(value)].op == "input":
                     leaves.append((ARG, builder.nodes[int(value)].attr("index")))
@@ -312,7 +330,7 @@ def _lower(gm: Any, specs: Sequence[TensorSpec], functional: dict[Any, tuple[Any
         args = torch.fx.node.map_arg(node.args, lambda a: env[a])
         kwargs = torch.fx.node.map_arg(fx_kwargs, lambda a: env[a])
         env[node] = lowering.lower(builder, node.op, target, args, kwargs, node.meta.get("kernelgen_spec"), where)
-    return _prune(Graph(tuple(builder.nodes), tuple(outputs))), OutputPlan(spec_tree, tuple(leaves))
+    return prune(Graph(tuple(builder.nodes), tuple(outputs))), OutputPlan(spec_tree, tuple(leaves))
 
 
 def _unpack(node: Any, env: dict) -> Any:
@@ -344,4 +362,4 @@ def _replay(gm: Any, plan: OutputPlan) -> Any:
     return replay
 
 
-__all__ = ["Capture", "capture", "propagate_meta"]
+__all__ = ["Capture", "capture", "propagate_meta", "trace"]

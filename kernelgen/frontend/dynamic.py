@@ -126,7 +126,7 @@ def sentinel_for(values: Sequence[Any]) -> int:
 def sized_specs(values: Sequence[Any], dims: Sequence[int], size: int) -> list[Any]:
     """The call values (tensors or ``TensorSpec``s) with each dynamic one replaced by its ``TensorSpec`` at
     batch size ``size``."""
-    from kernelgen.values import TensorSpec
+    from kernelgen.ir.values import TensorSpec
 
     out = list(values)
     for i in dims:
@@ -137,7 +137,7 @@ def sized_specs(values: Sequence[Any], dims: Sequence[int], size: int) -> list[A
 
 def substitute(graph: Any, old: int, new: int) -> Any:
     """``graph`` with every node's dim 0 of size ``old`` set to ``new`` (strides kept: dim 0 is outermost)."""
-    from kernelgen.values import TensorSpec
+    from kernelgen.ir.values import TensorSpec
 
     def spec_at(spec: TensorSpec) -> TensorSpec:
         if not spec.shape or spec.shape[0] != old:

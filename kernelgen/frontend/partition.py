@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernelgen.errors import KernelgenError
-from kernelgen.values import SUPPORTED_DTYPES, TensorSpec
+from kernelgen.ir.values import SUPPORTED_DTYPES, TensorSpec
 
 # ATen ops that only reinterpret their input's memory: free in ATen, read by a region through strides.
 VIEW_OPS = frozenset({"view", "_unsafe_view", "reshape", "permute", "t", "transpose", "expand", "unsqueeze",
@@ -101,10 +101,10 @@ def lower_region(members: list[Any], seen: Any = None, fresh: Any = ()) -> tuple
 
     from kernelgen import lowering
     from kernelgen.errors import UnsupportedOpError
-    from kernelgen.ir import Graph, _Builder, _NodeRef, _prune
+    from kernelgen.ir.graph import Graph, GraphBuilder, NodeRef, prune
 
     member_set = set(members)
-    builder = _Builder()
+    builder = GraphBuilder()
     env: dict[Any, Any] = {}
     inputs: list[Any] = []
 
@@ -115,7 +115,7 @@ def lower_region(members: list[Any], seen: Any = None, fresh: Any = ()) -> tuple
         if spec is None:
             raise UnsupportedOpError(f"{arg.name} is not a tensor of a supported dtype "
                                      f"({_describe(arg.meta.get('val'))})")
-        env[arg] = _NodeRef(builder.add("input", (), spec, index=len(inputs)))
+        env[arg] = NodeRef(builder.add("input", (), spec, index=len(inputs)))
         inputs.append(arg)
         return env[arg]
 
@@ -145,8 +145,8 @@ def lower_region(members: list[Any], seen: Any = None, fresh: Any = ()) -> tuple
             return True
         return any(u not in member_set and (seen is None or u in seen or u.op == "output") for u in n.users)
 
-    outputs = [n for n in members if isinstance(env.get(n), _NodeRef) and read_outside(n)]
-    graph = _prune(Graph(tuple(builder.nodes), tuple(int(env[n]) for n in outputs)))
+    outputs = [n for n in members if isinstance(env.get(n), NodeRef) and read_outside(n)]
+    graph = prune(Graph(tuple(builder.nodes), tuple(int(env[n]) for n in outputs)))
     return graph, inputs, outputs
 
 

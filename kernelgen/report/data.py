@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelgen.values import Evidence, Reference, TuningRecord
+from kernelgen.ir.values import Evidence, Reference, TuningRecord
 
 # (workload key, target fingerprint) -> the record dispatch runs; ``TuningDB.best`` has this signature.
 BestLookup = Callable[[str, str], "TuningRecord | None"]
@@ -188,7 +188,7 @@ def _bytes(n: Any) -> str:
 @functools.lru_cache(maxsize=8)
 def target_here(backend: str, fingerprint: str) -> Any:
     """This machine's ``Target`` for ``backend`` when its fingerprint is ``fingerprint``, else None."""
-    from kernelgen.target import Target
+    from kernelgen.ir.target import Target
 
     try:
         target = Target.current(backend)

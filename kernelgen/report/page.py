@@ -15,7 +15,7 @@ from typing import Any
 from kernelgen.report.data import BestLookup, WorkloadSummary, summarise
 from kernelgen.report.figures import config_text, parameters_figure, trials_figure
 from kernelgen.report.units import fmt_ratio, fmt_time
-from kernelgen.values import Evidence, TuningRecord
+from kernelgen.ir.values import Evidence, TuningRecord
 
 STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em auto;max-width:1200px;padding:0 1em;

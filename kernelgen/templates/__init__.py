@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import logging
 
-from kernelgen.ir import Graph
+from kernelgen.ir.graph import Graph
 from kernelgen.templates.base import Problem, Template
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernelgen.ir import Graph
+from kernelgen.ir.graph import Graph
 from kernelgen.templates.base import Problem, Template
 from kernelgen.templates.gemm import Operand
 

@@ -22,11 +22,11 @@ import json
 
 from kernelgen.backends.cpp import entry_declaration
 from kernelgen.codegen import cpp_expr
-from kernelgen.space import Constraint, Param, SearchSpace
-from kernelgen.target import Target
+from kernelgen.ir.space import Constraint, Param, SearchSpace
+from kernelgen.ir.target import Target
 from kernelgen.templates.attention import AttentionProblem
 from kernelgen.templates.indexing import dynamic_meta, dynamic_source
-from kernelgen.values import Config, FrozenMap, Source
+from kernelgen.ir.values import Config, FrozenMap, Source
 
 BLOCK_M_CHOICES = (8, 16, 24, 32, 48, 64, 96, 128)
 BLOCK_N_CHOICES = (16, 32, 64, 128, 256, 512)

@@ -17,11 +17,11 @@ import json
 
 from kernelgen.backends.triton_aot import gpu_limits, gpu_space
 from kernelgen.codegen.triton_expr import HEADER, TL_DTYPE, kernel_params, pow2_at_least, signature_json, tile_offset
-from kernelgen.space import Constraint, Param, SearchSpace
-from kernelgen.target import Target
+from kernelgen.ir.space import Constraint, Param, SearchSpace
+from kernelgen.ir.target import Target
 from kernelgen.templates.attention import AttentionProblem
 from kernelgen.templates.indexing import dynamic_meta, dynamic_source
-from kernelgen.values import Config, FrozenMap, Source
+from kernelgen.ir.values import Config, FrozenMap, Source
 
 ENTRY = "kg_attention"
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}

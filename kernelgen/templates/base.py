@@ -19,10 +19,10 @@ from typing import ClassVar
 
 from kernelgen import code_hash
 from kernelgen.errors import KernelgenError
-from kernelgen.ir import Graph
-from kernelgen.space import SearchSpace
-from kernelgen.target import Target
-from kernelgen.values import Config, Source
+from kernelgen.ir.graph import Graph
+from kernelgen.ir.space import SearchSpace
+from kernelgen.ir.target import Target
+from kernelgen.ir.values import Config, Source
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernelgen.ir import ELEMENTWISE_OPS, Graph
+from kernelgen.ir.graph import ELEMENTWISE_OPS, Graph
 from kernelgen.templates.base import Problem, Template
 from kernelgen.templates.indexing import Load, broadcast_strides, consumer_loads, input_view, is_input_view
 

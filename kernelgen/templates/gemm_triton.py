@@ -13,11 +13,11 @@ import json
 from kernelgen.backends.triton_aot import gpu_limits, gpu_space
 from kernelgen.codegen.triton_expr import (HEADER, ExprEmitter, kernel_params, offset_expr, pow2_at_least,
                                            signature_json, tile_offset, to_compute, to_storage)
-from kernelgen.space import Constraint, Param, SearchSpace
-from kernelgen.target import Target
+from kernelgen.ir.space import Constraint, Param, SearchSpace
+from kernelgen.ir.target import Target
 from kernelgen.templates.gemm import GemmProblem
 from kernelgen.templates.indexing import dynamic_meta, dynamic_source
-from kernelgen.values import Config, FrozenMap, Source
+from kernelgen.ir.values import Config, FrozenMap, Source
 
 ENTRY = "kg_gemm"
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernelgen.ir import Graph
+from kernelgen.ir.graph import Graph
 
 # -- shape-generic kernels ---------------------------------------------------------------------------------
 # A graph with ``graph.dynamic == S`` (S >= 2, a size found nowhere else in the graph) has a run-time batch

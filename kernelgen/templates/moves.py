@@ -1,7 +1,7 @@
 """Concatenation and constant padding inside a pointwise region, as index arithmetic instead of a copy.
 
 A pointwise kernel computes every node at the output coordinate. ``expand`` rewrites a graph holding ``cat``
-or ``pad`` nodes (``kernelgen.ir.MOVE_OPS``) so that each node is computed at the coordinate its consumer
+or ``pad`` nodes (``kernelgen.ir.graph.MOVE_OPS``) so that each node is computed at the coordinate its consumer
 reads it at: the k-th operand of a ``cat`` along ``d`` at ``c[d] - offset_k``, a padded value at
 ``c[d] - before``; the move itself becomes a ``where`` over a coordinate test. The expanded graph's leaves are
 loads of a kernel argument at an element offset and those tests, both written by the language's
@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kernelgen.ir import Graph, Node, _Builder, pad_pairs
+from kernelgen.ir.graph import Graph, Node, GraphBuilder, pad_pairs
 from kernelgen.templates.indexing import input_view
-from kernelgen.values import TensorSpec
+from kernelgen.ir.values import TensorSpec
 
 Coords = tuple[str, ...]  # one integer expression per dim of a node's shape
 
@@ -104,7 +104,7 @@ def fit(coords: Coords, shape: tuple[int, ...], to: tuple[int, ...]) -> Coords:
 class _Expander:
     def __init__(self, graph: Graph, syntax: CoordSyntax, given: Mapping[int, str]) -> None:
         self.graph, self.syntax, self.given = graph, syntax, given
-        self.builder = _Builder()
+        self.builder = GraphBuilder()
         self.leaves: dict[int, LoadLeaf | TestLeaf | NamedLeaf] = {}
         self.done: dict[tuple[int, Coords], int] = {}
         self.leaf_ids: dict[Any, int] = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernelgen.ir import ELEMENTWISE_OPS, MOVE_OPS, Graph
+from kernelgen.ir.graph import ELEMENTWISE_OPS, MOVE_OPS, Graph
 from kernelgen.templates.base import Problem, Template
 from kernelgen.templates.indexing import Load, consumer_loads, is_input_view
 from kernelgen.templates.moves import renderable

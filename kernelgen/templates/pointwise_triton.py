@@ -12,12 +12,12 @@ import re
 from kernelgen.backends.triton_aot import gpu_limits, gpu_space
 from kernelgen.codegen.triton_expr import (HEADER, ExprEmitter, kernel_params, offset_expr, pow2_at_least,
                                            signature_json, to_compute, to_storage)
-from kernelgen.space import Constraint, Param, SearchSpace
-from kernelgen.target import Target
+from kernelgen.ir.space import Constraint, Param, SearchSpace
+from kernelgen.ir.target import Target
 from kernelgen.templates.indexing import dynamic_meta, dynamic_source
 from kernelgen.templates.moves import CoordSyntax, Expansion, LoadLeaf, NamedLeaf, expand, touches_dim0
 from kernelgen.templates.pointwise import PointwiseProblem
-from kernelgen.values import Config, FrozenMap, Source
+from kernelgen.ir.values import Config, FrozenMap, Source
 
 ENTRY = "kg_pointwise"
 

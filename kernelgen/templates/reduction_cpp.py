@@ -27,13 +27,13 @@ import json
 
 from kernelgen.backends.cpp import entry_declaration
 from kernelgen.codegen import cpp_expr
-from kernelgen.ir import INDEX_REDUCTIONS, Graph
-from kernelgen.space import Constraint, Param, SearchSpace
-from kernelgen.target import Target
+from kernelgen.ir.graph import INDEX_REDUCTIONS, Graph
+from kernelgen.ir.space import Constraint, Param, SearchSpace
+from kernelgen.ir.target import Target
 from kernelgen.templates import reduction_cpp_columns as columns
 from kernelgen.templates.indexing import Load, dynamic_meta, dynamic_source, flat_offset
 from kernelgen.templates.reduction import ReductionProblem
-from kernelgen.values import Config, FrozenMap, Source, TensorSpec
+from kernelgen.ir.values import Config, FrozenMap, Source, TensorSpec
 
 ENTRY = "kg_reduction"
 _ROWS = (1, 2, 4, 8, 16, 32, 64)

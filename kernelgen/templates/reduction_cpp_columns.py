@@ -12,7 +12,7 @@ Element outputs are written by a last walk over the reduced index, tile by tile.
 from __future__ import annotations
 
 from kernelgen.codegen import cpp_expr
-from kernelgen.ir import INDEX_REDUCTIONS, REDUCTION_OPS, Graph
+from kernelgen.ir.graph import INDEX_REDUCTIONS, REDUCTION_OPS, Graph
 from kernelgen.templates.reduction import ReductionProblem
 
 TILES = (4, 16, 64, 256, 1024)

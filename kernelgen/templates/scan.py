@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernelgen.ir import ELEMENTWISE_OPS, MOVE_OPS, SCAN_OPS, Graph
+from kernelgen.ir.graph import ELEMENTWISE_OPS, MOVE_OPS, SCAN_OPS, Graph
 from kernelgen.templates.base import Problem, Template
 from kernelgen.templates.indexing import is_input_view
 from kernelgen.templates.moves import renderable

@@ -12,13 +12,13 @@ import json
 
 from kernelgen.backends.cpp import entry_declaration
 from kernelgen.codegen import cpp_expr
-from kernelgen.space import Param, SearchSpace
-from kernelgen.target import Target
+from kernelgen.ir.space import Param, SearchSpace
+from kernelgen.ir.target import Target
 from kernelgen.templates.indexing import dynamic_meta, dynamic_source
 from kernelgen.templates.moves import expand, touches_dim0
 from kernelgen.templates.pointwise_cpp import COORDS, PARALLEL_MIN, leaf_env
 from kernelgen.templates.scan import IDENTITY, ScanProblem, accumulator
-from kernelgen.values import Config, FrozenMap, Source
+from kernelgen.ir.values import Config, FrozenMap, Source
 
 ENTRY = "kg_scan"
 _INFIX = {"cumsum": "+", "cumprod": "*"}

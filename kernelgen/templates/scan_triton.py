@@ -11,12 +11,12 @@ from kernelgen.codegen.cpp_expr import dag_nodes
 from kernelgen.codegen.triton_expr import (HEADER, TL_DTYPE, ExprEmitter, compute_dtype, kernel_params,
                                            pow2_at_least, signature_json, to_storage)
 from kernelgen.errors import UnsupportedOpError
-from kernelgen.space import Param, SearchSpace
-from kernelgen.target import Target
+from kernelgen.ir.space import Param, SearchSpace
+from kernelgen.ir.target import Target
 from kernelgen.templates.moves import expand
 from kernelgen.templates.pointwise_triton import COORDS, leaf_names
 from kernelgen.templates.scan import IDENTITY, ScanProblem
-from kernelgen.values import Config, FrozenMap, Source
+from kernelgen.ir.values import Config, FrozenMap, Source
 
 ENTRY = "kg_scan"
 MAX_ROW = 16384  # one block holds a row: past this a block no longer fits a program's registers

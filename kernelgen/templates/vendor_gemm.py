@@ -25,13 +25,13 @@ from typing import Any
 
 from kernelgen import code_hash
 from kernelgen.implementation import Implementation, Launcher, TemplateImplementation
-from kernelgen.ir import Graph, Node
-from kernelgen.space import Constraint, Param, SearchSpace
-from kernelgen.target import Target
+from kernelgen.ir.graph import Graph, Node
+from kernelgen.ir.space import Constraint, Param, SearchSpace
+from kernelgen.ir.target import Target
 from kernelgen.templates.gemm import GemmProblem
 from kernelgen.templates.indexing import dynamic_source
 from kernelgen.templates.pointwise import TEMPLATE as POINTWISE
-from kernelgen.values import Config, TensorSpec
+from kernelgen.ir.values import Config, TensorSpec
 
 NAME = "aten_gemm"
 ADDMM = "bias_in_addmm"  # the config key: the row bias goes into addmm's beta*bias (True) or the epilogue

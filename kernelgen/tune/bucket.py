@@ -23,10 +23,10 @@ from typing import Any
 
 from kernelgen.frontend.dynamic import substitute
 from kernelgen.implementation import Implementation, Launcher
-from kernelgen.ir import Graph
-from kernelgen.space import SearchSpace
-from kernelgen.target import Target
-from kernelgen.values import Config
+from kernelgen.ir.graph import Graph
+from kernelgen.ir.space import SearchSpace
+from kernelgen.ir.target import Target
+from kernelgen.ir.values import Config
 
 
 class BucketMember(Implementation):
@@ -104,7 +104,7 @@ def range_family(fn: Any, specs: Sequence[Any], dims: Sequence[int]) -> Graph | 
     family; None when those dims cannot be a batch size (``eligible``) or the graph is not one family."""
     from kernelgen.errors import KernelgenError
     from kernelgen.frontend.dynamic import eligible, family_graph
-    from kernelgen.ir import trace
+    from kernelgen.frontend.capture import trace
 
     specs = list(specs)
     sizes = {specs[i].shape[0] for i in dims}

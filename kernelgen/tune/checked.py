@@ -21,7 +21,8 @@ from typing import Any
 
 from kernelgen.errors import KernelgenError
 from kernelgen.paths import atomic_write_text, cache_dir
-from kernelgen.values import Config, Status
+from kernelgen.ir.values import Config, Status
+from kernelgen.version import __version__
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +98,6 @@ def _references(graph: Any) -> dict[str, str]:
 
 
 def _key(impl: Any, config: Config, target: Any, threads: int) -> tuple[str, dict[str, Any]]:
-    from kernelgen import __version__
-
     fields = {"format": _FORMAT, "implementation": impl.name, "backend": impl.backend,
               "source_hash": impl.source_hash(), "config": config.to_json(), "workload": impl.graph.workload_key,
               "signature": [s.to_json() for s in impl.graph.signature], "references": _references(impl.graph),

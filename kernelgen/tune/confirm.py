@@ -3,7 +3,7 @@ side in rounds, until the leader's time can be trusted or a bounded number of ro
 
 The tuner's verdict, its "vs default", its "vs eager" and its "vs torch.compile" all come out of one ``confirm``
 call, so the times are taken in the same minutes under the same load, never minutes apart. The baselines'
-times (``kernelgen.values.Reference``) are kept in every record of the rounds, for the report. A leader whose
+times (``kernelgen.ir.values.Reference``) are kept in every record of the rounds, for the report. A leader whose
 confirmed time stays far above what the search measured for it gets no verdict: its records say why, and a
 later run of the tuner confirms again.
 """
@@ -18,8 +18,8 @@ from typing import Any, Generic, TypeVar
 
 from kernelgen.tune.measure import is_unsteady
 from kernelgen.tune.references import EAGER, ReferenceSkipped
-from kernelgen.values import (CONFIRM_PREFIX, DECLARED_PREFIX, Evidence, Measurement, Reference, Status, TimeStats,
-                              TuningRecord)
+from kernelgen.ir.values import (CONFIRM_PREFIX, DECLARED_PREFIX, Evidence, Measurement, Reference, Status, TimeStats,
+                                 TuningRecord)
 
 H = TypeVar("H")  # a finalist: a config of one implementation, or (implementation, config) in a showdown
 CONFIRM_ROUNDS = 3  # interleaved rounds at least: slow drifts of a noisy machine hit every candidate alike

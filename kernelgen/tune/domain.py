@@ -11,8 +11,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from kernelgen.space import Param, SearchSpace
-from kernelgen.values import Config
+from kernelgen.ir.space import Param, SearchSpace
+from kernelgen.ir.values import Config
 
 # Enumerating costs ~5 µs per product element in Python (constraints are Python callables): 200k is ~1 s,
 # paid once per Searcher. Beyond it candidates are drawn by rejection sampling instead.

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from kernelgen.errors import KernelgenError
-from kernelgen.space import Constraint, Param, SearchSpace
-from kernelgen.values import Config, Measurement, Status, TimeStats
+from kernelgen.ir.space import Constraint, Param, SearchSpace
+from kernelgen.ir.values import Config, Measurement, Status, TimeStats
 
 # Failure strings Kernel Tuner stores in "time", and the status each replays as.
 FAILURES = {"CompilationFailedConfig": Status.COMPILE_ERROR, "RuntimeFailedConfig": Status.RUNTIME_ERROR,

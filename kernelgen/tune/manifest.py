@@ -36,8 +36,8 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # Python 3.10: the same parser, published as tomli before it joined the standard library
     import tomli as tomllib
-from kernelgen.ir import Graph
-from kernelgen.values import TensorSpec
+from kernelgen.ir.graph import Graph
+from kernelgen.ir.values import TensorSpec
 
 OPTION_KEYS = ("backend", "trials", "seconds", "sampler", "patience", "template")
 WORKLOAD_KEYS = ("name", "function", "inputs", "shapes", "sizes", *OPTION_KEYS)
@@ -119,7 +119,7 @@ def _importable_from_cwd() -> None:
 
 
 def _workload(entry: dict[str, Any], where: str) -> Workload:
-    from kernelgen.ir import trace
+    from kernelgen.frontend.capture import trace
     from kernelgen.tune.tuner import check_budget
 
     _unknown_keys(entry, WORKLOAD_KEYS, where)

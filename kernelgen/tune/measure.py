@@ -20,10 +20,10 @@ from typing import Any
 from kernelgen.check import compare, make_inputs, poison
 from kernelgen.errors import CompileError, KernelgenError
 from kernelgen.implementation import Implementation, allocate_outputs
-from kernelgen.ir import Graph
-from kernelgen.target import Target
+from kernelgen.ir.graph import Graph
+from kernelgen.ir.target import Target
 from kernelgen.tune.load import WAIT_LIMIT, LoadProbe
-from kernelgen.values import Config, Measurement, Status, TimeStats
+from kernelgen.ir.values import Config, Measurement, Status, TimeStats
 
 # Marks an ok measurement whose every timing attempt was unsteady; the rest of the message says how.
 UNSTEADY = "unsteady timing"
@@ -155,7 +155,7 @@ class Bench:
     def time_eager(self) -> TimeStats | None:
         """Time the eager reference on the same inputs (PyTorch ops one by one); None when the timing stayed
         unsteady through every attempt: a "vs eager" figure from a contended timing is noise, not a ratio."""
-        from kernelgen.reference import evaluate
+        from kernelgen.ir.reference import evaluate
 
         stats, unsteady = self._time(lambda: evaluate(self.graph, self.inputs), restore=False)
         return None if unsteady else stats
@@ -241,7 +241,7 @@ def is_unsteady(measurement: Measurement) -> bool:
 
 def reference_outputs(graph: Graph, inputs: list[Any]) -> list[Any]:
     """The eager reference's outputs for ``inputs`` (custom calls through the registry when it exists)."""
-    from kernelgen.reference import evaluate
+    from kernelgen.ir.reference import evaluate
 
     custom = None
     if "custom_call" in graph.ops():

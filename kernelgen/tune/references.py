@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kernelgen.ir import Graph
-from kernelgen.values import TimeStats
+from kernelgen.ir.graph import Graph
+from kernelgen.ir.values import TimeStats
 
 EAGER = "eager"
 COMPILED = "torch.compile"
@@ -30,7 +30,7 @@ def compile_reference(graph: Graph, inputs: Sequence[Any], expected: Sequence[An
     against ``expected``: a no-argument callable that runs it on ``inputs``. Raises ``ReferenceSkipped``."""
     import torch
 
-    from kernelgen.reference import evaluate
+    from kernelgen.ir.reference import evaluate
     from kernelgen.tune.measure import compare
 
     args = list(inputs)

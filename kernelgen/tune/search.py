@@ -19,12 +19,12 @@ import optuna
 from optuna.trial import Trial, TrialState
 
 from kernelgen.errors import KernelgenError
-from kernelgen.space import SearchSpace
+from kernelgen.ir.space import SearchSpace
 from kernelgen.tune.domain import Domain
 from kernelgen.tune.samplers import (ATTR_SKIPPED, ATTR_STATUS, BayesSampler, DomainSampler,
                                      ExhaustiveSampler, History, ParamValues, ProjectedSampler, RandomSampler,
                                      distributions)
-from kernelgen.values import Config, Measurement
+from kernelgen.ir.values import Config, Measurement
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

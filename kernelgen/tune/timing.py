@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kernelgen.values import TimeStats
+from kernelgen.ir.values import TimeStats
 
 
 class Stopwatch:

@@ -16,7 +16,7 @@ from typing import Any
 
 from kernelgen.implementation import Implementation
 from kernelgen.tune.confirm import CONFIRM_ROUNDS, TIE_TOLERANCE, fastest, is_refused
-from kernelgen.values import Config, Evidence, Measurement, TimeStats, TuningRecord
+from kernelgen.ir.values import Config, Evidence, Measurement, TimeStats, TuningRecord
 
 log = logging.getLogger(__name__)  # one INFO line per trial: the CLI shows them when stdout is not a tty
 

@@ -9,7 +9,7 @@ moment it is measured, and finally re-measure the top few and the default config
 ``confirmed: ...``) and mark the tuning finished, so a rerun does zero measurements. When several
 implementations (templates, custom calls) compete, their winners and defaults are then re-measured side by
 side; the winner of that, or of the only implementation's confirmation, is committed as the *verdict*
-(``kernelgen.values.Evidence.DECLARED``) that ``TuningDB.best`` hands to dispatch. The rounds that declare
+(``kernelgen.ir.values.Evidence.DECLARED``) that ``TuningDB.best`` hands to dispatch. The rounds that declare
 the verdict also time eager PyTorch and torch.compile, so "vs default", "vs eager" and "vs torch.compile" are
 figures of the same minutes. When the leader's confirmed time stays far from its search trial, no verdict is
 declared (logged, and said in the records), and the next run confirms again.
@@ -27,16 +27,17 @@ from typing import Any
 
 from kernelgen.errors import KernelgenError, NoTemplateError
 from kernelgen.implementation import Implementation
-from kernelgen.ir import Graph
-from kernelgen.target import Target
+from kernelgen.ir.graph import Graph
+from kernelgen.ir.target import Target
 from kernelgen.tune.confirm import (CONFIRM_ROUNDS, NO_VERDICT, Confirmation, Finalist, commit_confirmation, confirm,
                                     is_refused, note_of, rounds_tag)
 from kernelgen.tune.measure import TimingPolicy
 from kernelgen.tune.references import contestants
 from kernelgen.tune.trial_loop import (FunctionMeasurer, SearchState, TrialEvent, is_confirmation, pick_winner,
                                        run_workers)
-from kernelgen.values import (Config, Evidence, FrozenMap, Measurement, Provenance, TimeStats, TuningRecord,
-                              content_hash)
+from kernelgen.ir.values import (Config, Evidence, FrozenMap, Measurement, Provenance, TimeStats, TuningRecord,
+                                 content_hash)
+from kernelgen.version import __version__
 
 log = logging.getLogger("kernelgen.tune")
 
@@ -160,8 +161,6 @@ class _Recorder:
     """Turns measurements into records for one (graph, implementation, target) and commits them."""
 
     def __init__(self, db: Any, graph: Graph, impl: Implementation, target: Target, name: str | None) -> None:
-        from kernelgen import __version__
-
         self.db = db
         self.fields = dict(
             name=name or None,

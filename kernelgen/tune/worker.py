@@ -34,8 +34,8 @@ import time
 from typing import Any
 
 from kernelgen.errors import KernelgenError
-from kernelgen.ir import Graph
-from kernelgen.values import Config, Measurement, Status, TimeStats
+from kernelgen.ir.graph import Graph
+from kernelgen.ir.values import Config, Measurement, Status, TimeStats
 
 log = logging.getLogger(__name__)
 WORKER_FACTORY_ATTR = "worker_factory"  # optional "module:callable" on an Implementation, see module docstring
@@ -329,7 +329,7 @@ class InProcessMeasurer:
     """The same measurement without a worker (``isolate=False``): fast, but a crash ends the process."""
 
     def __init__(self, impl: Any, *, seed: int = 0, policy: Any = None, **_: Any) -> None:
-        from kernelgen.target import Target
+        from kernelgen.ir.target import Target
         from kernelgen.tune.measure import Bench, TimingPolicy
 
         self.bench = Bench(impl, Target.current(impl.backend), seed=seed, policy=policy or TimingPolicy())
@@ -406,7 +406,7 @@ class _Session:
         return {"error": f"unknown request {op!r}"}
 
     def _setup(self, request: dict[str, Any]) -> dict[str, Any]:
-        from kernelgen.target import Target
+        from kernelgen.ir.target import Target
         from kernelgen.tune.measure import Bench, TimingPolicy, pin_threads
 
         try:

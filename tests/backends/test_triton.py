@@ -15,7 +15,7 @@ pytest.importorskip("triton")
 from kernelgen.backends import get_backend  # noqa: E402
 from kernelgen.backends.triton import TritonBackend, interpreter_active  # noqa: E402
 from kernelgen.errors import CompileError, InputMismatchError, ToolchainUnavailableError  # noqa: E402
-from kernelgen.values import FrozenMap, Source, TensorSpec, TimeStats  # noqa: E402
+from kernelgen.ir.values import FrozenMap, Source, TensorSpec, TimeStats  # noqa: E402
 
 HAS_GPU = torch.cuda.is_available()
 pytestmark = pytest.mark.skipif(not (interpreter_active() or HAS_GPU),
@@ -115,7 +115,7 @@ def test_on_gpu_every_template_default_matches_eager():
     import torch.nn.functional as F
 
     import kernelgen
-    from kernelgen.reference import evaluate
+    from kernelgen.ir.reference import evaluate
     from kernelgen.templates import match
 
     cases = [

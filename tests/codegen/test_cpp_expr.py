@@ -16,8 +16,8 @@ import torch.nn.functional as F
 import kernelgen
 from kernelgen.backends import get_backend
 from kernelgen.codegen import cpp_expr
-from kernelgen.reference import evaluate
-from kernelgen.values import FrozenMap, Source, TensorSpec
+from kernelgen.ir.reference import evaluate
+from kernelgen.ir.values import FrozenMap, Source, TensorSpec
 
 pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")
 
@@ -184,7 +184,7 @@ def test_exp_of_x_minus_its_max_is_accurate_and_zero_below_the_normal_range():
 
 def test_softmax_and_logsumexp_use_the_inline_exp_and_keep_masked_zeros():
     from kernelgen.templates import match
-    from kernelgen.target import Target
+    from kernelgen.ir.target import Target
 
     x = torch.randn(4, 300) * 20
     x[:, ::7] = -math.inf  # masked positions: exactly 0 after softmax, as in eager

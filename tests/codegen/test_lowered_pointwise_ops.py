@@ -19,7 +19,7 @@ if not torch.cuda.is_available():
 
 import kernelgen  # noqa: E402
 from kernelgen.backends import get_backend  # noqa: E402
-from kernelgen.reference import evaluate  # noqa: E402
+from kernelgen.ir.reference import evaluate  # noqa: E402
 from kernelgen.testing import device_for  # noqa: E402
 from tests.codegen.eager_compare import assert_close_to_either, eager_on_cpu  # noqa: E402
 
@@ -131,7 +131,7 @@ def test_half_predicates_see_the_rounded_value(backend):
     x = torch.tensor([12.0, 1.0, -12.0, NAN], dtype=torch.float16)
     fn = lambda a: (torch.isinf(torch.exp(a)), torch.isfinite(torch.exp(a)), torch.isnan(a))  # noqa: E731
     _same(fn, x, backend=backend)
-    # the reference the tuner checks kernels against (kernelgen.reference) agrees: the IR rounds explicitly
+    # the reference the tuner checks kernels against (kernelgen.ir.reference) agrees: the IR rounds explicitly
     for got, want in zip(evaluate(kernelgen.trace(fn, x), [x]), fn(x)):
         assert torch.equal(got, want)
 

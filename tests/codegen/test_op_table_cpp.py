@@ -16,7 +16,7 @@ import torch.nn.functional as F
 import kernelgen
 from kernelgen.backends import get_backend
 from kernelgen.codegen.cpp_renderer import CppRenderer
-from kernelgen.ir import BINARY_OPS, UNARY_OPS
+from kernelgen.ir.graph import BINARY_OPS, UNARY_OPS
 from tests.codegen.eager_compare import assert_like_eager
 
 pytestmark = [pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")]

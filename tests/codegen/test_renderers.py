@@ -10,8 +10,8 @@ from kernelgen.codegen import cpp_expr, triton_expr
 from kernelgen.codegen.cpp_renderer import CppRenderer
 from kernelgen.codegen.triton_renderer import TritonRenderer
 from kernelgen.errors import UnsupportedOpError
-from kernelgen.ir import ELEMENTWISE_OPS, Graph, Node
-from kernelgen.values import TensorSpec
+from kernelgen.ir.graph import ELEMENTWISE_OPS, Graph, Node
+from kernelgen.ir.values import TensorSpec
 
 
 def _unary_graph(op: str, dtype: str, out_dtype: str | None = None) -> Graph:

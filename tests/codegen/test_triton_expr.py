@@ -23,7 +23,7 @@ import torch.nn.functional as F  # noqa: E402
 import kernelgen  # noqa: E402
 from kernelgen.backends.triton import interpreter_active  # noqa: E402
 from kernelgen.codegen.triton_expr import OPS, REFUSED, TL_DTYPE  # noqa: E402
-from kernelgen.ir import BINARY_OPS, UNARY_OPS  # noqa: E402
+from kernelgen.ir.graph import BINARY_OPS, UNARY_OPS  # noqa: E402
 from tests.codegen.eager_compare import assert_like_eager  # noqa: E402
 
 pytestmark = [pytest.mark.skipif(not (interpreter_active() or torch.cuda.is_available()),
@@ -122,7 +122,7 @@ def test_cast_matches_eager_to_every_dtype(src):
 
 
 def test_every_ir_elementwise_op_has_a_triton_rule():
-    from kernelgen.ir import ELEMENTWISE_OPS
+    from kernelgen.ir.graph import ELEMENTWISE_OPS
 
     assert ELEMENTWISE_OPS <= OPS | REFUSED
     assert not OPS & REFUSED
@@ -171,11 +171,11 @@ def test_a_refused_graph_still_has_a_gpu_search_space():
     # The ahead-of-time resource check renders configs; a renderer refusal must not escape space()
     # (dispatch would raise instead of running eagerly), it surfaces when the kernel is built.
     from kernelgen.errors import UnsupportedOpError
-    from kernelgen.target import Target
+    from kernelgen.ir.target import Target
     from kernelgen.templates import match
 
-    from kernelgen.ir import Graph, Node
-    from kernelgen.values import TensorSpec
+    from kernelgen.ir.graph import Graph, Node
+    from kernelgen.ir.values import TensorSpec
 
     vector = TensorSpec((8,), "int32")  # built by hand: the lowering may refuse int ** -2 before a renderer sees it
     graph = Graph((Node("input", (), (("index", 0),), vector),
@@ -215,7 +215,7 @@ def test_every_swept_kernel_compiles_ahead_of_time_for_a_gpu(monkeypatch):
     arch = "sm_90"
     from kernelgen.backends.triton_aot import aot_results
     from kernelgen.errors import ToolchainUnavailableError
-    from kernelgen.target import Target
+    from kernelgen.ir.target import Target
     from kernelgen.templates import match
 
     target = Target.gpu(arch)

@@ -11,8 +11,8 @@ from typing import Any
 
 from sqlalchemy import insert, inspect
 
-from kernelgen.values import (Config, FrozenMap, Measurement, Provenance, Status, TensorSpec, TimeStats, TuningRecord,
-                              canonical_json)
+from kernelgen.ir.values import (Config, FrozenMap, Measurement, Provenance, Status, TensorSpec, TimeStats,
+                                 TuningRecord, canonical_json)
 
 TOOLCHAIN = {"kernelgen": "0.1.0", "torch": "2.13.0", "triton": "3.9.0", "compiler": "g++ 12.2.0"}
 TARGET = "fp-cpu-zen3-a"

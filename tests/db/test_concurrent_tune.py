@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kernelgen.db import open_db
-from kernelgen.values import Evidence
+from kernelgen.ir.values import Evidence
 
 OPS = ("import torch\nimport torch.nn.functional as F\ndef relu_add(x, y):\n    return torch.relu(x + y)\n"
        "def bias_gelu(x, b):\n    return F.gelu(x + b)\n")

@@ -8,7 +8,7 @@ from kernelgen.db import TuningDB, open_db
 from kernelgen.db import store as store_module
 from kernelgen.db.schema import head_revision, schema_number
 from kernelgen.errors import DatabaseError
-from kernelgen.values import CONFIRM_PREFIX, DECLARED_PREFIX, Status
+from kernelgen.ir.values import CONFIRM_PREFIX, DECLARED_PREFIX, Status
 from tests.db import factories as f
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from kernelgen.db import EXPORT_VERSION, TuningDB, open_db
 from kernelgen.errors import ImportFormatError
-from kernelgen.values import canonical_json
+from kernelgen.ir.values import canonical_json
 from tests.db import factories as f
 
 

@@ -8,7 +8,7 @@ from sqlalchemy import text
 
 from kernelgen.db import LayeredDB, TuningDB, open_db
 from kernelgen.errors import ReadOnlyDatabaseError
-from kernelgen.values import DECLARED_PREFIX
+from kernelgen.ir.values import DECLARED_PREFIX
 from tests.db import factories as f
 
 

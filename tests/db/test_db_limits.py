@@ -15,7 +15,7 @@ from kernelgen.db.jsonl import header
 from kernelgen.db.limits import MAX_JSON_DEPTH
 from kernelgen.db.models import RecordRow, row_values
 from kernelgen.errors import DatabaseError
-from kernelgen.values import TuningRecord, canonical_json
+from kernelgen.ir.values import TuningRecord, canonical_json
 from tests.db import factories as f
 
 

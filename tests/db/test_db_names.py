@@ -11,7 +11,7 @@ from kernelgen.cli import main
 from kernelgen.db import EXPORT_VERSION, open_db, upgrade_db
 from kernelgen.db.jsonl import FORMAT, read_records
 from kernelgen.errors import ImportFormatError
-from kernelgen.values import CONFIRM_PREFIX, DECLARED_PREFIX, Evidence, TuningRecord, canonical_json
+from kernelgen.ir.values import CONFIRM_PREFIX, DECLARED_PREFIX, Evidence, TuningRecord, canonical_json
 from tests.db import factories as f
 
 

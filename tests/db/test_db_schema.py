@@ -15,7 +15,7 @@ from kernelgen.db.engine import make_engine, parse_url
 from kernelgen.db.models import RECORDS_TABLE, VERSION_TABLE, Base
 from kernelgen.db.schema import head_revision, schema_number
 from kernelgen.errors import DatabaseError, SchemaVersionError
-from kernelgen.values import CONFIRM_PREFIX, DECLARED_PREFIX
+from kernelgen.ir.values import CONFIRM_PREFIX, DECLARED_PREFIX
 from tests.db import factories as f
 
 

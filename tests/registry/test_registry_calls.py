@@ -10,12 +10,12 @@ from cc_helpers import BIAS_GELU_CPP, bias_gelu, launch
 
 from kernelgen.custom_calls.verify import describe
 from kernelgen.errors import InputMismatchError, RegistryError
-from kernelgen.ir import trace
-from kernelgen.reference import evaluate
+from kernelgen.frontend.capture import trace
+from kernelgen.ir.reference import evaluate
 from kernelgen.registry import candidates, custom_call, reference_for, register_custom_call
-from kernelgen.target import Target
+from kernelgen.ir.target import Target
 from kernelgen.tune import checked
-from kernelgen.values import Status
+from kernelgen.ir.values import Status
 
 
 def _register(name="bg", **overrides):
@@ -120,7 +120,7 @@ def test_config_outside_the_space_is_refused(registry):
     _register(replaces=bias_gelu, params={"chunk": [1, 2]})
     (impl,) = candidates(trace(bias_gelu, torch.randn(2, 8), torch.randn(8)), "cpp")
     from kernelgen.errors import KernelgenError
-    from kernelgen.values import Config
+    from kernelgen.ir.values import Config
 
     with pytest.raises(KernelgenError, match="chunk=3"):
         impl.build(Config(chunk=3), Target.current("cpp"))

@@ -7,7 +7,7 @@ import pytest
 import torch
 from cc_helpers import BIAS_GELU_CPP, bias_gelu, launch
 
-from kernelgen.ir import trace
+from kernelgen.frontend.capture import trace
 from kernelgen.registry import candidates, custom_call, register_custom_call
 
 tuner = pytest.importorskip("kernelgen.tune.tuner", reason="the tuner (kernelgen/tune/tuner.py) is not built yet")
@@ -129,7 +129,7 @@ def test_a_custom_call_that_won_a_size_still_runs_it_beside_a_shape_family(regis
 
     with open_db(db_url) as db:  # the custom call's record, as a tuning run where it won would leave
         from kernelgen.backends import get_backend
-        from kernelgen.values import Config, FrozenMap, Measurement, Provenance, Status, TimeStats, TuningRecord
+        from kernelgen.ir.values import Config, FrozenMap, Measurement, Provenance, Status, TimeStats, TuningRecord
 
         (impl,) = candidates(graph, "cpp")
         target = get_backend("cpp").target()

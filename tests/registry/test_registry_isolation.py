@@ -14,12 +14,12 @@ import pytest
 import torch
 from cc_helpers import FAULTS, FAULTY_CPP, double, import_faulty_module
 
-from kernelgen.ir import trace
+from kernelgen.frontend.capture import trace
 from kernelgen.registry import candidates, custom_call
-from kernelgen.target import Target
+from kernelgen.ir.target import Target
 from kernelgen.tune import checked
 from kernelgen.tune.measure import TimingPolicy
-from kernelgen.values import Config, Measurement, Status, TimeStats
+from kernelgen.ir.values import Config, Measurement, Status, TimeStats
 
 dispatch = pytest.importorskip("kernelgen.dispatch")
 tuner = pytest.importorskip("kernelgen.tune.tuner")

@@ -12,7 +12,7 @@ from kernelgen.custom_calls import get_language
 from kernelgen.custom_calls.implementation import forget_verdicts
 from kernelgen.custom_calls.verify import check_entry
 from kernelgen.implementation import implementations_for
-from kernelgen.ir import trace
+from kernelgen.frontend.capture import trace
 from kernelgen.registry import Registry, use_registry
 
 HOTSPOTS = ("rms_norm", "bias_gelu")

@@ -63,7 +63,7 @@ def test_env_path_folders_load_lazily_on_first_candidates(tmp_path, monkeypatch)
     reg = Registry()
     with use_registry(reg, load_defaults=True):
         assert reg.entries() == []  # nothing is imported before it is needed
-        from kernelgen.ir import trace
+        from kernelgen.frontend.capture import trace
 
         graph = trace(lambda x: x * 2.0, torch.randn(3, 4))
         assert [c.name for c in candidates(graph, "cpp")] == ["custom:team_double/cpp"]

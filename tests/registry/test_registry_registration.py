@@ -62,7 +62,7 @@ def test_invalid_constraints(registry, constraints, message):
 def test_constraints_may_read_input_specs(registry):
     _register(params={"block": [1, 2]}, constraints=[lambda block, specs: block <= specs[0].shape[-1]])
     (entry,) = registry.entries()
-    from kernelgen.values import TensorSpec
+    from kernelgen.ir.values import TensorSpec
 
     space = entry.space((TensorSpec((4, 1), "float32"), TensorSpec((1,), "float32")), None)
     assert [dict(c) for c in space] == [{"block": 1}]

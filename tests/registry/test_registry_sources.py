@@ -7,9 +7,9 @@ import torch
 from cc_helpers import BIAS_GELU_CPP, bias_gelu, launch
 
 from kernelgen.custom_calls import get_language
-from kernelgen.ir import trace
+from kernelgen.frontend.capture import trace
 from kernelgen.registry import candidates, register_custom_call
-from kernelgen.target import Target
+from kernelgen.ir.target import Target
 
 
 def test_prebuilt_library_and_symbol(registry):

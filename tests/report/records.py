@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kernelgen.values import CONFIRM_PREFIX, DECLARED_PREFIX, Evidence, Reference, Status, TimeStats, TuningRecord
+from kernelgen.ir.values import CONFIRM_PREFIX, DECLARED_PREFIX, Evidence, Reference, Status, TimeStats, TuningRecord
 from tests.db.factories import record
 
 T0 = 1_700_000_000.0

@@ -6,9 +6,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernelgen.reference import evaluate
+from kernelgen.ir.reference import evaluate
 
-TOL = {torch.float16: dict(rtol=2e-3, atol=2e-3)}  # the IR computes float16 in float32 (see kernelgen.ir)
+TOL = {torch.float16: dict(rtol=2e-3, atol=2e-3)}  # the IR computes float16 in float32 (see kernelgen.ir.graph)
 
 
 def assert_matches_eager_and_reference(fn, inputs, graph, outs) -> None:

@@ -14,10 +14,10 @@ import torch.nn.functional as F
 
 import kernelgen
 from kernelgen.backends import get_backend
-from kernelgen.reference import evaluate
-from kernelgen.target import Target
+from kernelgen.ir.reference import evaluate
+from kernelgen.ir.target import Target
 from kernelgen.templates import attention_cpp, match
-from kernelgen.values import Config, FrozenMap
+from kernelgen.ir.values import Config, FrozenMap
 
 pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")
 
@@ -200,7 +200,7 @@ def flash(causal: bool = False, scale: float | None = None) -> Any:
 def aten_problem(fn: Any, *inputs: Any) -> Any:
     """The attention problem of ``fn`` as the torch.compile backend lowers it (ATen graph, both outputs)."""
     from kernelgen.frontend.partition import aten_graph_of
-    from kernelgen.values import TensorSpec
+    from kernelgen.ir.values import TensorSpec
 
     graph = aten_graph_of(fn, [TensorSpec.of(t) for t in inputs])
     assert graph is not None, "the flash op did not lower as one region"

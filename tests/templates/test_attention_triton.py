@@ -12,8 +12,8 @@ import torch.nn.functional as F  # noqa: E402
 
 import kernelgen  # noqa: E402
 from kernelgen.backends import get_backend  # noqa: E402
-from kernelgen.reference import evaluate  # noqa: E402
-from kernelgen.target import Target  # noqa: E402
+from kernelgen.ir.reference import evaluate  # noqa: E402
+from kernelgen.ir.target import Target  # noqa: E402
 from kernelgen.templates import attention_triton, match  # noqa: E402
 
 pytestmark = needs_triton
@@ -148,7 +148,7 @@ def run_graph(graph, inputs, want, config=None):
 def flash_graph(causal, *inputs):
     """The graph the torch.compile backend lowers for ATen's CPU flash op reading (out, logsumexp)."""
     from kernelgen.frontend.partition import aten_graph_of
-    from kernelgen.values import TensorSpec
+    from kernelgen.ir.values import TensorSpec
 
     def fn(q, k, v, *mask):
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(

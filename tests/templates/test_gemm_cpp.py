@@ -11,10 +11,10 @@ import torch.nn.functional as F
 
 import kernelgen
 from kernelgen.backends import get_backend
-from kernelgen.reference import evaluate
-from kernelgen.target import Target
+from kernelgen.ir.reference import evaluate
+from kernelgen.ir.target import Target
 from kernelgen.templates import gemm_cpp, match
-from kernelgen.values import Config, FrozenMap
+from kernelgen.ir.values import Config, FrozenMap
 
 pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")
 

@@ -7,9 +7,9 @@ import torch
 
 import kernelgen
 from kernelgen.backends import get_backend
-from kernelgen.ir import MOVE_OPS
-from kernelgen.reference import evaluate
-from kernelgen.target import Target
+from kernelgen.ir.graph import MOVE_OPS
+from kernelgen.ir.reference import evaluate
+from kernelgen.ir.target import Target
 from kernelgen.templates import match
 from tests.templates import moves_cases
 

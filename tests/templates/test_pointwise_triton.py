@@ -10,8 +10,8 @@ import torch.nn.functional as F  # noqa: E402
 
 import kernelgen  # noqa: E402
 from kernelgen.backends import get_backend  # noqa: E402
-from kernelgen.reference import evaluate  # noqa: E402
-from kernelgen.target import Target  # noqa: E402
+from kernelgen.ir.reference import evaluate  # noqa: E402
+from kernelgen.ir.target import Target  # noqa: E402
 from kernelgen.templates import match  # noqa: E402
 from kernelgen.templates import pointwise_triton  # noqa: E402
 from tests.codegen.eager_compare import assert_close_to_either, eager_on_cpu  # noqa: E402
@@ -100,7 +100,7 @@ def test_integer_inputs_promote_to_float():
 
 
 def test_offsets_widen_to_int64_only_past_2_31_elements():
-    from kernelgen.values import TensorSpec
+    from kernelgen.ir.values import TensorSpec
 
     target = get_backend("triton").target()
     for numel, wide in ((2**20, False), (2**31 + 64, True)):

@@ -11,11 +11,11 @@ import torch
 
 import kernelgen
 from kernelgen.backends import get_backend
-from kernelgen.reference import evaluate
-from kernelgen.target import Target
+from kernelgen.ir.reference import evaluate
+from kernelgen.ir.target import Target
 from kernelgen.templates import match
 from kernelgen.templates import reduction_cpp_columns as columns
-from kernelgen.values import Config
+from kernelgen.ir.values import Config
 
 pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")
 

@@ -12,8 +12,8 @@ import torch.nn.functional as F  # noqa: E402
 
 import kernelgen  # noqa: E402
 from kernelgen.backends import get_backend  # noqa: E402
-from kernelgen.reference import evaluate  # noqa: E402
-from kernelgen.target import Target  # noqa: E402
+from kernelgen.ir.reference import evaluate  # noqa: E402
+from kernelgen.ir.target import Target  # noqa: E402
 from kernelgen.templates import match, reduction_triton  # noqa: E402
 
 pytestmark = needs_triton

@@ -8,8 +8,8 @@ import torch
 import kernelgen
 from kernelgen.backends import cpp as cpp_backend
 from kernelgen.backends import get_backend
-from kernelgen.reference import evaluate
-from kernelgen.target import Target
+from kernelgen.ir.reference import evaluate
+from kernelgen.ir.target import Target
 from kernelgen.templates import match
 from tests.templates import scan_cases
 

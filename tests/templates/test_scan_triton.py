@@ -10,7 +10,7 @@ from tests.triton_env import DEVICE, needs_triton, torch  # TRITON_INTERPRET bef
 
 import kernelgen  # noqa: E402
 from kernelgen.backends import get_backend  # noqa: E402
-from kernelgen.reference import evaluate  # noqa: E402
+from kernelgen.ir.reference import evaluate  # noqa: E402
 from kernelgen.templates import match  # noqa: E402
 from tests.templates import scan_cases  # noqa: E402
 
@@ -52,7 +52,7 @@ def test_scan_and_moved_pointwise_kernels_compile_ahead_of_time_for_gpus(arch, m
     """The interpreter accepts more than the compiler (scalar pointers under block masks, helper jit functions):
     compile the kernels for a CUDA and an AMD target without a GPU, as the resource reports do."""
     from kernelgen.backends.triton_aot import ResourceReport, aot_results
-    from kernelgen.target import Target
+    from kernelgen.ir.target import Target
     from tests.templates import moves_cases
 
     monkeypatch.setenv("KERNELGEN_TRITON_AOT", "0")  # the spaces' defaults, without compiling their candidates

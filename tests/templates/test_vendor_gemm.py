@@ -20,7 +20,7 @@ from kernelgen.check import tolerance  # noqa: E402
 from kernelgen.db import open_db  # noqa: E402
 from kernelgen.implementation import implementations_for  # noqa: E402
 from kernelgen.templates.vendor_gemm import ADDMM, NAME, VendorGemmImplementation  # noqa: E402
-from kernelgen.values import Config, Measurement, Status, TimeStats  # noqa: E402
+from kernelgen.ir.values import Config, Measurement, Status, TimeStats  # noqa: E402
 
 CASES = {
     "matmul": (lambda a, b: a @ b, [(16, 32), (32, 24)]),
@@ -125,7 +125,7 @@ class _FakeTimes:
 @pytest.mark.parametrize(("gemm_best", "winner"), [(0.4, "gemm"), (3.0, NAME)])
 def test_tuned_beside_the_generated_gemm_and_dispatch_runs_the_verdict(tmp_path, gemm_best, winner):
     from kernelgen.tune.tuner import is_confirmation, tune_graph
-    from kernelgen.values import Evidence
+    from kernelgen.ir.values import Evidence
 
     fn = CASES["addmm"][0]
     xs = _inputs(CASES["addmm"][1], torch.float32)

@@ -8,9 +8,9 @@ from typing import Any
 
 from tune_fakes import FakeImpl
 
-from kernelgen.ir import Graph
-from kernelgen.target import Target
-from kernelgen.values import Config
+from kernelgen.ir.graph import Graph
+from kernelgen.ir.target import Target
+from kernelgen.ir.values import Config
 
 
 class StuckBuildImpl(FakeImpl):

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelgen.target import Target
+from kernelgen.ir.target import Target
 from kernelgen.tune import checked
-from kernelgen.values import Config, Status
+from kernelgen.ir.values import Config, Status
 
 from tune_fakes import FakeImpl, relu_add_graph
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kernelgen.tune.confirm import CONFIRM_ROUNDS, MAX_ROUNDS, Finalist, confirm, robust_time
-from kernelgen.values import Config, Measurement, Status, TimeStats
+from kernelgen.ir.values import Config, Measurement, Status, TimeStats
 
 
 def _stats(t: float) -> TimeStats:
@@ -52,7 +52,7 @@ def test_the_smallest_round_median_is_the_time_and_a_tie_goes_to_the_default() -
 
 def test_torch_compile_is_a_baseline_of_every_round_and_its_time_reaches_every_record() -> None:
     from kernelgen.tune.confirm import commit_confirmation
-    from kernelgen.values import Reference
+    from kernelgen.ir.values import Reference
 
     log: list[str] = []
     finalists = [_finalist(log, "a", [1.0] * 9, trial=1.0), _finalist(log, "d", [2.0] * 9, trial=2.0, default=True)]

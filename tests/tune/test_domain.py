@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernelgen.space import Param, SearchSpace
+from kernelgen.ir.space import Param, SearchSpace
 from kernelgen.tune.domain import Domain
 
 

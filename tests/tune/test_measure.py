@@ -7,11 +7,11 @@ import os
 import pytest
 import torch
 
-from kernelgen.target import Target
+from kernelgen.ir.target import Target
 from kernelgen.check import compare, make_inputs
 from kernelgen.tune.measure import Bench, TimingPolicy
 from kernelgen.tune.worker import IsolatedMeasurer
-from kernelgen.values import Config, Status, TensorSpec
+from kernelgen.ir.values import Config, Status, TensorSpec
 
 from tune_fakes import FakeImpl, relu_add_graph
 
@@ -116,7 +116,7 @@ def test_an_eager_timing_contended_in_every_attempt_is_dropped(monkeypatch, frac
 
 def test_scattered_repeats_or_cpu_waits_make_a_timing_unsteady() -> None:
     from kernelgen.tune.measure import MAX_SPREAD, unsteadiness
-    from kernelgen.values import TimeStats
+    from kernelgen.ir.values import TimeStats
 
     steady = TimeStats.from_samples([1e-5, 1.01e-5, 1.02e-5, 0.99e-5])
     scattered = TimeStats.from_samples([1e-5, 1e-5, 5e-3, 5e-3, 1e-5, 6e-3])  # a barrier waiting for a time slice

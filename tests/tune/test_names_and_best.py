@@ -20,7 +20,7 @@ from kernelgen.tune.report import render_report, summarise
 from kernelgen.tune.confirm import TIE_TOLERANCE
 from kernelgen.tune.search import ATTR_BEST
 from kernelgen.tune.tuner import study_name, tune_graph
-from kernelgen.values import Config, Measurement, Status, TimeStats
+from kernelgen.ir.values import Config, Measurement, Status, TimeStats
 
 from tune_fakes import CountingMeasurer, LandscapeImpl, relu_add_graph
 

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from kernelgen.values import Config, Measurement, Reference, Status, TimeStats
+from kernelgen.ir.values import Config, Measurement, Reference, Status, TimeStats
 
 
 def _bench():
     import torch.nn.functional as F
 
     from kernelgen.implementation import implementations_for
-    from kernelgen.ir import trace
-    from kernelgen.target import Target
+    from kernelgen.frontend.capture import trace
+    from kernelgen.ir.target import Target
     from kernelgen.tune.measure import Bench, TimingPolicy
-    from kernelgen.values import TensorSpec
+    from kernelgen.ir.values import TensorSpec
 
     graph = trace(lambda x, b: F.gelu(x + b), TensorSpec((8, 16), "float32"), TensorSpec((16,), "float32"))
     impl = implementations_for(graph, "cpp")[0]
@@ -102,7 +102,7 @@ def test_torch_compile_is_compiled_once_and_later_calls_only_time(monkeypatch) -
 def test_inductor_compiles_the_reference_and_matches_eager() -> None:
     import torch
 
-    from kernelgen.reference import evaluate
+    from kernelgen.ir.reference import evaluate
     from kernelgen.tune.references import compile_reference
 
     bench = _bench()

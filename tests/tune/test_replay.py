@@ -11,7 +11,7 @@ import pytest
 
 from kernelgen.cli import main
 from kernelgen.tune.landscape import LandscapeError, load_landscape, replay
-from kernelgen.values import Config, Status
+from kernelgen.ir.values import Config, Status
 
 
 def write_landscape(path: Path) -> dict:

@@ -7,11 +7,11 @@ import math
 import pytest
 
 from kernelgen.errors import KernelgenError
-from kernelgen.space import Constraint, Param, SearchSpace
+from kernelgen.ir.space import Constraint, Param, SearchSpace
 from kernelgen.tune import search as search_mod
 from kernelgen.tune.domain import Domain
 from kernelgen.tune.search import SAMPLERS, Searcher, run_search
-from kernelgen.values import Config, Measurement, Status, TimeStats
+from kernelgen.ir.values import Config, Measurement, Status, TimeStats
 
 CONCRETE = [s for s in SAMPLERS if s != "auto"]
 

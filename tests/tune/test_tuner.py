@@ -7,7 +7,7 @@ import pytest
 from kernelgen.db import open_db
 from kernelgen.tune.measure import TimingPolicy
 from kernelgen.tune.tuner import CONFIRM_ROUNDS, is_confirmation, tune_graph
-from kernelgen.values import Config, Status
+from kernelgen.ir.values import Config, Status
 
 from tune_fakes import CountingMeasurer, FakeImpl, LandscapeImpl, landscape_time, relu_add_graph
 
@@ -67,7 +67,7 @@ def test_interrupted_run_resumes_without_remeasuring(db) -> None:
 
 
 def graph_target(db, graph) -> str:
-    from kernelgen.target import Target
+    from kernelgen.ir.target import Target
 
     return Target.current("cpp").fingerprint
 
@@ -151,7 +151,7 @@ class _LoadShiftMeasurer(CountingMeasurer):
 
 
 def test_implementations_are_compared_side_by_side_and_dispatch_agrees(db) -> None:
-    from kernelgen.values import Evidence
+    from kernelgen.ir.values import Evidence
 
     graph = relu_add_graph()
     impls = [_Named(graph, "a-fast-under-load"), _Named(graph, "b-slow")]
@@ -195,7 +195,7 @@ class _TinyImpl(LandscapeImpl):
     """Eight configs, the default being the one a tie broken by config key alone would never pick."""
 
     def space(self, target):
-        from kernelgen.space import Param, SearchSpace
+        from kernelgen.ir.space import Param, SearchSpace
 
         params = [Param("a", (1, 2, 4, 8)), Param("b", (1, 2)), Param("c", (1,))]
         default = max(SearchSpace(params), key=lambda c: c.key())
@@ -253,7 +253,7 @@ def _verdict_to_trial(result) -> float:
 
 
 def test_a_spike_during_confirmation_does_not_become_the_verdict(db) -> None:
-    from kernelgen.values import Evidence
+    from kernelgen.ir.values import Evidence
 
     graph = relu_add_graph()
     result = _tune(db, graph, _BusyWhileConfirming(busy={2, 3}), trials=10)  # 2 of the 3 rounds spike
@@ -263,7 +263,7 @@ def test_a_spike_during_confirmation_does_not_become_the_verdict(db) -> None:
 
 
 def test_a_confirmation_busy_throughout_is_remeasured_in_more_rounds(db) -> None:
-    from kernelgen.values import Evidence
+    from kernelgen.ir.values import Evidence
 
     graph = relu_add_graph()
     measurer = _BusyWhileConfirming(busy={2, 3, 4, 5})  # the first four rounds all spike
@@ -274,7 +274,7 @@ def test_a_confirmation_busy_throughout_is_remeasured_in_more_rounds(db) -> None
 
 
 def test_a_confirmation_that_never_agrees_with_the_trials_declares_no_verdict(db, caplog) -> None:
-    from kernelgen.values import Evidence
+    from kernelgen.ir.values import Evidence
 
     graph = relu_add_graph()
     with caplog.at_level("WARNING", logger="kernelgen.tune"):
@@ -295,7 +295,7 @@ def test_a_confirmation_that_never_agrees_with_the_trials_declares_no_verdict(db
 
 
 def test_a_search_slowed_by_load_is_noted_beside_the_verdict(db) -> None:
-    from kernelgen.values import Evidence
+    from kernelgen.ir.values import Evidence
 
     result = _tune(db, relu_add_graph(), _BusyWhileConfirming(busy={1}, spike=10.0), trials=10)  # search only
     assert result.best.evidence is Evidence.DECLARED and _verdict_to_trial(result) == pytest.approx(0.1)
@@ -312,7 +312,7 @@ class _UnsteadyWhileConfirming(CountingMeasurer):
 
 def test_timings_busy_in_every_round_declare_no_verdict_and_no_ratios(db) -> None:
     from kernelgen.tune.confirm import MAX_ROUNDS
-    from kernelgen.values import Evidence
+    from kernelgen.ir.values import Evidence
 
     measurer = _UnsteadyWhileConfirming()
     result = _tune(db, relu_add_graph(), measurer, trials=10)
@@ -331,7 +331,7 @@ class _DriftingLoad(_LoadShiftMeasurer):
     EAGER_COST = 0.04
 
     def eager(self, impl):
-        from kernelgen.values import TimeStats
+        from kernelgen.ir.values import TimeStats
 
         t = self.EAGER_COST * self.load
         return TimeStats(median=t, min=t, spread=0.0, repeats=5)

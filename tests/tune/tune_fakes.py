@@ -10,10 +10,10 @@ import ctypes
 from typing import Any
 
 from kernelgen.implementation import Implementation
-from kernelgen.ir import Graph
-from kernelgen.space import Constraint, Param, SearchSpace
-from kernelgen.target import Target
-from kernelgen.values import Config, TensorSpec
+from kernelgen.ir.graph import Graph
+from kernelgen.ir.space import Constraint, Param, SearchSpace
+from kernelgen.ir.target import Target
+from kernelgen.ir.values import Config, TensorSpec
 
 BODIES = {
     "ok": "for (int64_t i = 0; i < n; ++i) { float v = x[i] + y[i]; out[i] = v > 0.f ? v : 0.f; }",
@@ -41,7 +41,7 @@ extern "C" void fake_kernel(void* const* ptrs, int64_t threads) {{
 def relu_add_graph(n: int = 256) -> Graph:
     import torch
 
-    from kernelgen.ir import trace
+    from kernelgen.frontend.capture import trace
 
     return trace(lambda x, y: torch.relu(x + y), TensorSpec((n,), "float32"), TensorSpec((n,), "float32"))
 
@@ -129,7 +129,7 @@ class CountingMeasurer:
         return sum(self.calls.values())
 
     def __call__(self, impl: Any, config: Config) -> Any:
-        from kernelgen.values import Measurement, Status, TimeStats
+        from kernelgen.ir.values import Measurement, Status, TimeStats
 
         if self.interrupt_after is not None and self.total >= self.interrupt_after:
             raise KeyboardInterrupt

@@ -1,4 +1,4 @@
-"""Schema 3: an ``evidence`` column (kernelgen.values.Evidence) that best() ranks on before time.
+"""Schema 3: an ``evidence`` column (kernelgen.ir.values.Evidence) that best() ranks on before time.
 
 Existing rows are classified from their stored record (the measurement message), so a database tuned by
 an older kernelgen dispatches its confirmed winners, not its luckiest search trial.
@@ -24,7 +24,7 @@ BEST_COLUMNS = ["workload_key", "target_fingerprint", "status", "evidence", "tim
 
 
 def upgrade() -> None:
-    from kernelgen.values import Evidence
+    from kernelgen.ir.values import Evidence
 
     with op.batch_alter_table("kernelgen_records") as batch:
         batch.add_column(sa.Column("evidence", sa.Integer(), nullable=False, server_default=str(int(Evidence.TRIAL))))

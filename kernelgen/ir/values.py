@@ -1,7 +1,7 @@
 """The frozen, hashable, JSON round-trippable values that cross kernelgen's seams.
 
 ``TensorSpec``, ``Config``, ``Source``, ``TimeStats``, ``Measurement``, ``Provenance`` and
-``TuningRecord``. ``Target`` lives in ``kernelgen.target`` and ``Graph`` in ``kernelgen.ir``. Every value
+``TuningRecord``. ``Target`` lives in ``kernelgen.ir.target`` and ``Graph`` in ``kernelgen.ir.graph``. Every value
 has ``to_json()`` (plain dicts, lists, str, int, float, bool, None) and ``from_json()``; ``from_json``
 validates its input and raises ``ValueError`` naming the bad field, so imported files stay data.
 """
@@ -17,6 +17,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from typing import Any
+
+from kernelgen.version import __version__
 
 SUPPORTED_DTYPES = (
     "float16",
@@ -363,8 +365,6 @@ class Provenance:
 
     @classmethod
     def here(cls) -> "Provenance":
-        from kernelgen import __version__
-
         try:
             user = getpass.getuser()
         except Exception:  # no passwd entry in some containers

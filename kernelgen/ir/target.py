@@ -16,7 +16,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelgen.values import FrozenMap, content_hash
+from kernelgen.ir.values import FrozenMap, content_hash
 
 # ISA features that change what the C++ backend emits or how fast it runs.
 _CPU_FEATURES_OF_INTEREST = (
@@ -115,7 +115,7 @@ class Target:
         spec = _GPU_TARGETS[arch]
         limits = {k: spec[k] for k in ("shared_memory", "registers", "max_threads", "warp_size")}
         return cls(backend="triton", kind=spec["kind"], device_name=spec["name"], arch=arch, cores=spec["sms"],
-                   memory=spec["memory"], limits=FrozenMap(limits), versions=FrozenMap(_library_versions()))
+                   memory=spec["memory"], limits=FrozenMap(limits), versions=FrozenMap(library_versions()))
 
     @staticmethod
     def known_gpus() -> tuple[str, ...]:
@@ -130,7 +130,9 @@ def _isa_level(features: tuple[str, ...]) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _library_versions() -> dict[str, str]:
+def library_versions() -> dict[str, str]:
+    """The installed torch and triton versions ("absent" for one that is not), read from package metadata
+    without importing either: part of a target's fingerprint and of an ahead-of-time compile's cache key."""
     from importlib import metadata
 
     versions = {}
@@ -199,7 +201,7 @@ def _current_cpu(backend: str) -> Target:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:
         cores = os.cpu_count() or 1
-    versions = {"compiler": host_compiler_version(), **_library_versions()}
+    versions = {"compiler": host_compiler_version(), **library_versions()}
     return Target(
         backend=backend,
         kind="cpu",
@@ -238,5 +240,5 @@ def _current_gpu() -> Target | None:
     return Target(
         backend="triton", kind="hip" if is_hip else "cuda", device_name=props.name, arch=arch,
         cores=int(props.multi_processor_count), memory=int(props.total_memory), limits=FrozenMap(limits),
-        versions=FrozenMap({"driver": driver, **_library_versions()}),
+        versions=FrozenMap({"driver": driver, **library_versions()}),
     )

@@ -1,7 +1,8 @@
 """kernelgen's IR: a small, frozen dataflow ``Graph`` of primitive ``Node``s, traced from plain PyTorch.
 
-``trace(fn, *inputs)`` runs ``torch.fx.symbolic_trace`` and lowers every fx node to the primitive ops in
-``OPS``. Composite ops are decomposed at trace time (mean, var, softmax, log_softmax, logsumexp,
+``kernelgen.trace(fn, *inputs)`` (``kernelgen.frontend.capture``) runs ``torch.fx.symbolic_trace`` and
+lowers every fx node (``kernelgen.lowering``) to the primitive ops in ``OPS``; ``GraphBuilder`` is how the
+lowering appends them. Composite ops are decomposed at trace time (mean, var, softmax, log_softmax, logsumexp,
 layer_norm, linear, addmm), so templates see few ops and match by structure, not by name.
 
 Conventions every template and renderer relies on:
@@ -19,12 +20,12 @@ Conventions every template and renderer relies on:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kernelgen.errors import KernelgenError, TraceError, UnsupportedOpError
-from kernelgen.values import TensorSpec, content_hash
+from kernelgen.errors import TraceError, UnsupportedOpError
+from kernelgen.ir.values import TensorSpec, content_hash
 
 UNARY_OPS = frozenset({
     "neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "relu", "silu", "gelu",
@@ -209,7 +210,7 @@ def _is_float(dtype: str) -> bool:
 
 # ---------------------------------------------------------------------------------------------- builder
 
-class _Builder:
+class GraphBuilder:
     """Appends nodes with common-subexpression elimination, so equal values become one node."""
 
     def __init__(self) -> None:
@@ -259,7 +260,7 @@ class _Builder:
         """A Python scalar as a const in the dtype eager gives ``tensor(like) op value`` (torch.result_type:
         a scalar only lifts the tensor's category: an int to a bool tensor gives int64, a float to an integer
         or bool tensor gives the default float dtype)."""
-        if isinstance(value, _NodeRef):
+        if isinstance(value, NodeRef):
             return int(value)
         dtype = self.spec(like).dtype
         if isinstance(value, float) and not _is_float(dtype):
@@ -269,34 +270,12 @@ class _Builder:
         return self.const(value, dtype)
 
 
-class _NodeRef(int):
+class NodeRef(int):
     """An fx value lowered to node index ``int(self)``; distinguishes node ids from Python scalars."""
 
 
-# ------------------------------------------------------------------------------------------------ trace
 
-def trace(fn: Callable[..., Any], *example_inputs: Any) -> Graph:
-    """Trace ``fn`` into a ``Graph``. Inputs are torch tensors or ``TensorSpec``s (nothing is computed);
-    other values are constants of the trace. ``fn`` may be anything ``kernelgen.compile`` accepts; an
-    ``nn.Module``'s parameters and buffers that it reads become inputs after the arguments.
-
-    Raises ``UnsupportedOpError`` naming the op and where it is when ``fn`` uses an op kernelgen cannot
-    lower, and ``TraceError`` when fn cannot be traced symbolically (for example data-dependent control
-    flow) or its shapes do not propagate. The tracing itself lives in ``kernelgen.frontend.capture``.
-    """
-    from kernelgen.frontend.callables import describe
-    from kernelgen.frontend.capture import capture
-
-    callee = describe(fn)
-    try:
-        values, layout = callee.bind(tuple(example_inputs), {})
-    except KernelgenError as exc:
-        wanted = f"takes {callee.arity} tensors but" if callee.arity is not None else "cannot take"
-        raise TraceError(f"{callee.name!r} {wanted} {len(example_inputs)} example inputs ({exc})") from None
-    return capture(callee, values, layout, callee.read_state()).graph
-
-
-def _prune(graph: Graph) -> Graph:
+def prune(graph: Graph) -> Graph:
     """Drop nodes no output depends on (inputs are always kept) and renumber."""
     live = set(graph.outputs) | set(graph.input_ids)
     for i in range(len(graph.nodes) - 1, -1, -1):
@@ -312,4 +291,4 @@ def _prune(graph: Graph) -> Graph:
 
 
 __all__ = ["Graph", "Node", "OPS", "ELEMENTWISE_OPS", "INDEX_REDUCTIONS", "MOVE_OPS", "PREDICATE_OPS", "REDUCTION_OPS",
-           "SCAN_OPS", "broadcast_shapes", "encode_pads", "pad_pairs", "reduced_dims", "trace"]
+           "SCAN_OPS", "GraphBuilder", "NodeRef", "broadcast_shapes", "encode_pads", "pad_pairs", "prune", "reduced_dims"]

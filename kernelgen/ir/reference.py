@@ -2,7 +2,7 @@
 
 It lets a worker process that only has the graph (as JSON) compute the expected result, and it defines
 the IR's semantics executably: float16/bfloat16/float32 arithmetic in float32, rounding at casts and
-outputs (see ``kernelgen.ir``).
+outputs (see ``kernelgen.ir.graph``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kernelgen.errors import KernelgenError
-from kernelgen.ir import INDEX_REDUCTIONS, REDUCTION_OPS, Graph, Node, pad_pairs, reduced_dims
+from kernelgen.ir.graph import INDEX_REDUCTIONS, REDUCTION_OPS, Graph, Node, pad_pairs, reduced_dims
 
 TORCH_NAMED_OPS = ("expm1", "log1p", "log2", "log10", "exp2", "sin", "cos", "tan", "asin", "acos", "atan", "sinh",
                    "cosh", "asinh", "acosh", "atanh", "floor", "ceil", "round", "trunc", "sign", "isnan", "isinf",

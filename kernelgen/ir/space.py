@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kernelgen.values import Config
+from kernelgen.ir.values import Config
 
 
 @dataclass(frozen=True)
