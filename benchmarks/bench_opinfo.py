@@ -33,7 +33,7 @@ def main() -> None:
     if args.backend in ("triton", "both") and not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
 
-    from kernelgen.lowering import handled_ops
+    from kernelgen.lowering.lower import handled_ops
     from kernelgen.testing import opinfo
 
     dtypes = [getattr(torch, d) for d in args.dtypes.split(",")] if args.dtypes else None

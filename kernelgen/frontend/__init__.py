@@ -9,6 +9,5 @@
 - ``autograd``: run a kernel's forward inside ``torch.autograd.Function`` with an eager backward.
 - ``dynamo_backend``: ``torch.compile(model, backend="kernelgen")`` (Dynamo, AOTAutograd, decompositions)
   and its coverage statistics; ``partition``: group an ATen graph into template-covered regions;
-  ``region_op``: the ``kernelgen::region`` custom op that runs a region; ``aten_lowering``: rules for
-  ATen overloads in the lowering table.
+  ``region_op``: the ``kernelgen::region`` custom op that runs a region.
 """

@@ -21,6 +21,7 @@ from kernelgen.frontend.callables import Callee, describe
 from kernelgen.frontend.outputs import ARG, CONST, COPY, OUT, OutputPlan, plain
 from kernelgen.ir.graph import Graph, GraphBuilder, NodeRef, prune
 from kernelgen.ir.values import TensorSpec
+from kernelgen.lowering.lower import lower
 
 
 @dataclass(frozen=True)
@@ -294,7 +295,6 @@ def _lower(gm: Any, specs: Sequence[TensorSpec], functional: dict[Any, tuple[Any
     import torch.fx
     from torch.utils._pytree import tree_flatten, tree_map
 
-    from kernelgen import lowering
 
     builder = GraphBuilder()
     env: dict[Any, Any] = {}
@@ -329,7 +329,7 @@ def _lower(gm: Any, specs: Sequence[TensorSpec], functional: dict[Any, tuple[Any
         where = f"{node.name} = {getattr(target, '__name__', target)}(...)"
         args = torch.fx.node.map_arg(node.args, lambda a: env[a])
         kwargs = torch.fx.node.map_arg(fx_kwargs, lambda a: env[a])
-        env[node] = lowering.lower(builder, node.op, target, args, kwargs, node.meta.get("kernelgen_spec"), where)
+        env[node] = lower(builder, node.op, target, args, kwargs, node.meta.get("kernelgen_spec"), where)
     return prune(Graph(tuple(builder.nodes), tuple(outputs))), OutputPlan(spec_tree, tuple(leaves))
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from kernelgen.errors import KernelgenError
 from kernelgen.ir.values import SUPPORTED_DTYPES, TensorSpec
+from kernelgen.lowering.lower import lower
 
 # ATen ops that only reinterpret their input's memory: free in ATen, read by a region through strides.
 VIEW_OPS = frozenset({"view", "_unsafe_view", "reshape", "permute", "t", "transpose", "expand", "unsqueeze",
@@ -99,7 +100,6 @@ def lower_region(members: list[Any], seen: Any = None, fresh: Any = ()) -> tuple
     import torch.fx
     import torch.utils._pytree
 
-    from kernelgen import lowering
     from kernelgen.errors import UnsupportedOpError
     from kernelgen.ir.graph import Graph, GraphBuilder, NodeRef, prune
 
@@ -129,14 +129,14 @@ def lower_region(members: list[Any], seen: Any = None, fresh: Any = ()) -> tuple
         args = torch.fx.node.map_arg(node.args, value)
         kwargs = torch.fx.node.map_arg(node.kwargs, value)
         if node.target is operator.getitem:
-            env[node] = lowering.lower(builder, "call_function", node.target, args, kwargs, None, node.name)
+            env[node] = lower(builder, "call_function", node.target, args, kwargs, None, node.name)
             continue
         meta = spec_of(node.meta.get("val"))
         if meta is None and not isinstance(node.meta.get("val"), (tuple, list)):
             raise UnsupportedOpError(f"{node.name} is not a tensor of a supported dtype "
                                      f"({_describe(node.meta.get('val'))})")
         where = f"{node.name} = {node.target}(...)"
-        env[node] = lowering.lower(builder, "call_function", node.target, args, kwargs, meta, where)
+        env[node] = lower(builder, "call_function", node.target, args, kwargs, meta, where)
     devices = {str(v.device) for v in (n.meta.get("val") for n in (*inputs, *members)) if hasattr(v, "device")}
     if len(devices) > 1:  # a kernel writes on its inputs' device: a device move stays an ATen copy
         raise UnsupportedOpError(f"region would span devices {sorted(devices)}")

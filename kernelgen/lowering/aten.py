@@ -1,6 +1,6 @@
 """Lowering rules for ATen ``OpOverload`` targets (what Dynamo + AOTAutograd graphs call).
 
-An overload is lowered by the same handler table as a traced torch function (``kernelgen.lowering``):
+An overload is lowered by the same handler table as a traced torch function (``kernelgen.lowering.rules``):
 ``aten.add.Tensor`` goes to the ``add`` handler, ``aten._softmax.default`` to ``_softmax`` and so on,
 named after the overload packet. Where ATen's argument conventions differ from the torch function's
 (``_to_copy`` takes keyword dtypes, ``native_layer_norm`` and ``var_mean`` return several values,
@@ -12,10 +12,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kernelgen import lowering
 from kernelgen.errors import UnsupportedOpError
-from kernelgen.lowering import _arg, _cast_to, _handles, _is_node, _operand, _ref
 from kernelgen.ir.values import TensorSpec
+from kernelgen.lowering.rules import RULES, Handler, arg, cast_to, handles, is_node, operand, ref
 
 
 def aten_name(target: Any) -> str:
@@ -24,7 +23,7 @@ def aten_name(target: Any) -> str:
     packet = target.overloadpacket.__name__
     namespace = target.namespace
     for name in (f"{namespace}.{packet}", packet if namespace in ("aten", "prims") else None):
-        if name is not None and name in lowering._HANDLERS:
+        if name is not None and name in RULES:
             return name
     return f"{namespace}.{packet}.{target._overloadname}"
 
@@ -32,18 +31,18 @@ def aten_name(target: Any) -> str:
 # ------------------------------------------------------------------------------------- copies and moves
 # (view ops never reach the lowering: the partitioner leaves them to ATen and regions read them by strides)
 
-@_handles("aten.alias", "aten.clone", "aten.lift_fresh_copy")
+@handles("aten.alias", "aten.clone", "aten.lift_fresh_copy")
 def _alias(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     # The value is the input's; the layout (clone(memory_format=...)) is the region output's strides.
     return int(args[0])
 
 
-@_handles("aten._to_copy", "prims.convert_element_type", "aten.convert_element_type")
+@handles("aten._to_copy", "prims.convert_element_type", "aten.convert_element_type")
 def _to_copy(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     # A device move has a result on another device than its input: the partitioner keeps it out of regions.
     if meta is None:
         raise UnsupportedOpError(f"cannot tell the result dtype of `{where}`")
-    return _cast_to(b, int(args[0]), meta.dtype)
+    return cast_to(b, int(args[0]), meta.dtype)
 
 
 # ------------------------------------------------------------------------------------------ constants
@@ -58,35 +57,35 @@ def _const_of(b: Any, value: Any, meta: Any, where: str) -> int:
 
 
 # (full / scalar_tensor read no tensor: the partitioner leaves them to ATen, see partition.py)
-_handles("aten.zeros_like")(lambda b, args, kwargs, meta, where: _const_of(b, 0, meta, where))
-_handles("aten.ones_like")(lambda b, args, kwargs, meta, where: _const_of(b, 1, meta, where))
-_handles("aten.full_like")(lambda b, args, kwargs, meta, where: _const_of(b, args[1], meta, where))
+handles("aten.zeros_like")(lambda b, args, kwargs, meta, where: _const_of(b, 0, meta, where))
+handles("aten.ones_like")(lambda b, args, kwargs, meta, where: _const_of(b, 1, meta, where))
+handles("aten.full_like")(lambda b, args, kwargs, meta, where: _const_of(b, args[1], meta, where))
 
 
 # ------------------------------------------------------------------------------------ composite ops
 
-def _clamp_side(op: str) -> lowering.Handler:
+def _clamp_side(op: str) -> Handler:
     def handler(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
         x = int(args[0])
-        return b.elementwise(op, (x, _operand(b, args[1], x)), meta.dtype if meta is not None else None)
+        return b.elementwise(op, (x, operand(b, args[1], x)), meta.dtype if meta is not None else None)
 
     return handler
 
 
-_handles("aten.clamp_min")(_clamp_side("maximum"))
-_handles("aten.clamp_max")(_clamp_side("minimum"))
+handles("aten.clamp_min")(_clamp_side("maximum"))
+handles("aten.clamp_max")(_clamp_side("minimum"))
 
 
-def _softmax(name: str) -> lowering.Handler:
+def _softmax(name: str) -> Handler:
     # _softmax(x, dim, half_to_float): the torch function without its dtype= keyword
-    return lambda b, args, kwargs, meta, where: lowering._HANDLERS[name](b, (args[0], args[1]), {}, meta, where)
+    return lambda b, args, kwargs, meta, where: RULES[name](b, (args[0], args[1]), {}, meta, where)
 
 
-_handles("aten._softmax")(_softmax("softmax"))
-_handles("aten._log_softmax")(_softmax("log_softmax"))
+handles("aten._softmax")(_softmax("softmax"))
+handles("aten._log_softmax")(_softmax("log_softmax"))
 
 
-@_handles("aten.native_layer_norm")
+@handles("aten.native_layer_norm")
 def _native_layer_norm(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> tuple:
     """(y, mean, rstd) with mean/rstd kept as [..., 1] rows, as ATen returns them."""
     x, shape, weight, bias, eps = args
@@ -100,27 +99,27 @@ def _native_layer_norm(b: Any, args: tuple, kwargs: dict, meta: Any, where: str)
                                 b.scalar_or_node(1.0 / n, x)))
     rstd = b.elementwise("rsqrt", (b.elementwise("add", (var, b.scalar_or_node(float(eps), x))),))
     y = b.elementwise("mul", (centered, rstd))
-    if _is_node(weight):
+    if is_node(weight):
         y = b.elementwise("mul", (y, int(weight)))
-    if _is_node(bias):
+    if is_node(bias):
         y = b.elementwise("add", (y, int(bias)))
-    return (_ref(y), _ref(mean), _ref(rstd))
+    return (ref(y), ref(mean), ref(rstd))
 
 
-def _moments(name: str) -> lowering.Handler:
+def _moments(name: str) -> Handler:
     """(var or std, mean) over any dims (Inductor's layer_norm and batch_norm decompositions): the
     ``.correction`` overload takes ``correction`` and ``keepdim`` by keyword only, where the torch function
     has ``unbiased`` third."""
 
     def handler(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> tuple:
         keywords = {"correction": kwargs.get("correction"), "keepdim": bool(kwargs.get("keepdim", False))}
-        return lowering._HANDLERS[name](b, (args[0], _arg(args, kwargs, 1, "dim")), keywords, meta, where)
+        return RULES[name](b, (args[0], arg(args, kwargs, 1, "dim")), keywords, meta, where)
 
     return handler
 
 
-_handles("aten.var_mean")(_moments("var_mean"))
-_handles("aten.std_mean")(_moments("std_mean"))
+handles("aten.var_mean")(_moments("var_mean"))
+handles("aten.std_mean")(_moments("std_mean"))
 
 
 def _sdpa_flash(b: Any, args: tuple, kwargs: dict, where: str, cpu: bool) -> tuple:
@@ -129,13 +128,13 @@ def _sdpa_flash(b: Any, args: tuple, kwargs: dict, where: str, cpu: bool) -> tup
     op's ``logsumexp`` ([B, H, Tq] in float32, or float64 for float64 inputs: what its backward reads), so a
     training forward's attention is a region too. The GPU op's statistics (another format) stay refused."""
     q, k, v = (int(a) for a in args[:3])
-    dropout = _arg(args, kwargs, 3, "dropout_p", 0.0)
+    dropout = arg(args, kwargs, 3, "dropout_p", 0.0)
     mask = kwargs.get("attn_mask")
     if dropout or kwargs.get("return_debug_mask"):
         raise UnsupportedOpError(f"attention with dropout at `{where}`")
-    if mask is not None and not _is_node(mask):
+    if mask is not None and not is_node(mask):
         raise UnsupportedOpError(f"attention with a constant mask {mask!r} at `{where}`")
-    causal = bool(_arg(args, kwargs, 4, "is_causal", False))
+    causal = bool(arg(args, kwargs, 4, "is_causal", False))
     scale = kwargs.get("scale")
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(b.spec(q).shape[-1])
     operands = (q, k, v) if mask is None else (q, k, v, int(mask))
@@ -143,21 +142,21 @@ def _sdpa_flash(b: Any, args: tuple, kwargs: dict, where: str, cpu: bool) -> tup
     out = b.add("attention", operands, TensorSpec(q_spec.shape[:-1] + b.spec(v).shape[-1:], q_spec.dtype),
                 causal=causal, scale=scale)
     if not cpu:
-        return (_ref(out),) + (None,) * 8  # the getitem rule refuses the statistics
+        return (ref(out),) + (None,) * 8  # the getitem rule refuses the statistics
     lse_dtype = "float64" if q_spec.dtype == "float64" else "float32"
     lse = b.add("attention_lse", operands, TensorSpec(q_spec.shape[:-1], lse_dtype), causal=causal, scale=scale)
-    return (_ref(out), _ref(lse))
+    return (ref(out), ref(lse))
 
 
-_handles("aten._scaled_dot_product_flash_attention_for_cpu")(
+handles("aten._scaled_dot_product_flash_attention_for_cpu")(
     lambda b, args, kwargs, meta, where: _sdpa_flash(b, args, kwargs, where, cpu=True))
-_handles("aten._scaled_dot_product_flash_attention")(
+handles("aten._scaled_dot_product_flash_attention")(
     lambda b, args, kwargs, meta, where: _sdpa_flash(b, args, kwargs, where, cpu=False))
 
 
-@_handles("aten.mean")
+@handles("aten.mean")
 def _mean(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
-    return lowering._HANDLERS["mean"](b, args[:2], {"keepdim": _arg(args, kwargs, 2, "keepdim", False)}, meta, where)
+    return RULES["mean"](b, args[:2], {"keepdim": arg(args, kwargs, 2, "keepdim", False)}, meta, where)
 
 
 __all__ = ["aten_name"]

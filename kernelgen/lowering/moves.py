@@ -2,7 +2,7 @@
 constant padding (``F.pad(mode="constant")``, ``aten.constant_pad_nd``) and row gathers (``F.embedding``,
 ``aten.embedding``, ``aten.index`` with one index tensor on dim 0), to the IR's ``cat``, ``pad`` and ``gather``.
 
-Imported by ``kernelgen.lowering_pointwise`` (the handler table lives in ``kernelgen.lowering``). The result's
+Registered in the table of ``kernelgen.lowering.rules``. The result's
 dtype and shape are the node's meta (eager's type promotion over every operand); what eager would refuse or
 treat specially (legacy empty 1-D operands, a fill value the dtype cannot hold) is left to eager.
 """
@@ -12,25 +12,25 @@ from __future__ import annotations
 from typing import Any
 
 from kernelgen.errors import UnsupportedOpError
-from kernelgen.lowering import _arg, _cast_to, _handles, _is_node
 from kernelgen.ir.graph import encode_pads
 from kernelgen.ir.values import TensorSpec
+from kernelgen.lowering.rules import arg, cast_to, handles, is_node
 
 
-@_handles("cat", "concat", "concatenate")
+@handles("cat", "concat", "concatenate")
 def _cat(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
-    tensors = _arg(args, kwargs, 0, "tensors")
-    dim = _arg(args, kwargs, 1, "dim", 0)
+    tensors = arg(args, kwargs, 0, "tensors")
+    dim = arg(args, kwargs, 1, "dim", 0)
     if kwargs.get("axis") is not None:
         dim = kwargs["axis"]
-    if meta is None or not isinstance(tensors, (list, tuple)) or not all(_is_node(t) for t in tensors) or not tensors:
+    if meta is None or not isinstance(tensors, (list, tuple)) or not all(is_node(t) for t in tensors) or not tensors:
         raise UnsupportedOpError(f"cat of something other than a list of tensors at `{where}`")
     rank = len(meta.shape)
     if rank == 0 or any(b.spec(int(t)).rank != rank for t in tensors):
         # eager skips 1-D empty operands of any other rank (legacy); so does not the index arithmetic
         raise UnsupportedOpError(f"cat of tensors of different ranks at `{where}`; eager PyTorch runs it")
     dim = int(dim) % rank
-    parts = [_cast_to(b, int(t), meta.dtype) for t in tensors if b.spec(int(t)).shape[dim] != 0]
+    parts = [cast_to(b, int(t), meta.dtype) for t in tensors if b.spec(int(t)).shape[dim] != 0]
     if not parts:
         raise UnsupportedOpError(f"cat of empty tensors at `{where}`; eager PyTorch makes the empty result")
     if len(parts) == 1:
@@ -39,7 +39,7 @@ def _cat(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
 
 
 def _pad(b: Any, x: Any, pad: Any, value: Any, meta: Any, where: str) -> int:
-    if meta is None or not _is_node(x) or not isinstance(pad, (list, tuple)) or len(pad) % 2:
+    if meta is None or not is_node(x) or not isinstance(pad, (list, tuple)) or len(pad) % 2:
         raise UnsupportedOpError(f"constant pad of {x!r} by {pad!r} at `{where}`")
     x = int(x)
     spec = b.spec(x)
@@ -53,7 +53,7 @@ def _pad(b: Any, x: Any, pad: Any, value: Any, meta: Any, where: str) -> int:
         return x
     value = 0 if value is None else value
     dtype = meta.dtype
-    if _is_node(value) or not isinstance(value, (bool, int, float)):
+    if is_node(value) or not isinstance(value, (bool, int, float)):
         raise UnsupportedOpError(f"pad value {value!r} at `{where}` is not a Python number")
     if dtype == "bool" and value not in (0, 1) or \
             not (dtype.startswith("float") or dtype == "bfloat16") and float(value) != int(value):
@@ -61,21 +61,21 @@ def _pad(b: Any, x: Any, pad: Any, value: Any, meta: Any, where: str) -> int:
     if not (dtype.startswith("float") or dtype == "bfloat16"):
         value = bool(value) if dtype == "bool" else int(value)
     fill = b.const(value, dtype)
-    return b.add("pad", (_cast_to(b, x, dtype), fill), TensorSpec(tuple(meta.shape), dtype), pads=encode_pads(pairs))
+    return b.add("pad", (cast_to(b, x, dtype), fill), TensorSpec(tuple(meta.shape), dtype), pads=encode_pads(pairs))
 
 
-@_handles("constant_pad_nd")
+@handles("constant_pad_nd")
 def _constant_pad_nd(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
-    return _pad(b, _arg(args, kwargs, 0, "input"), _arg(args, kwargs, 1, "pad"), _arg(args, kwargs, 2, "value", 0),
+    return _pad(b, arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "pad"), arg(args, kwargs, 2, "value", 0),
                 meta, where)
 
 
-@_handles("pad")
+@handles("pad")
 def _f_pad(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
-    mode = _arg(args, kwargs, 2, "mode", "constant")
+    mode = arg(args, kwargs, 2, "mode", "constant")
     if mode != "constant":
         raise UnsupportedOpError(f"F.pad mode {mode!r} at `{where}`; only mode='constant' is index arithmetic here")
-    return _pad(b, _arg(args, kwargs, 0, "input"), _arg(args, kwargs, 1, "pad"), _arg(args, kwargs, 3, "value"),
+    return _pad(b, arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "pad"), arg(args, kwargs, 3, "value"),
                 meta, where)
 
 
@@ -83,7 +83,7 @@ def _gather(b: Any, x: Any, index: Any, meta: Any, where: str, wrap: bool) -> in
     """Rows ``x[index]``; ``wrap``: a negative index counts from the end (``x[index]``), else it is out of range
     (``F.embedding``). An index out of range raises eager's ``IndexError`` before the kernel runs
     (``kernelgen.bounds``)."""
-    if meta is None or not (_is_node(x) and _is_node(index)) or b.spec(int(x)).rank == 0:
+    if meta is None or not (is_node(x) and is_node(index)) or b.spec(int(x)).rank == 0:
         raise UnsupportedOpError(f"row gather of {x!r} by {index!r} at `{where}`")
     x, index = int(x), int(index)
     if b.spec(index).dtype not in ("int32", "int64"):
@@ -91,28 +91,28 @@ def _gather(b: Any, x: Any, index: Any, meta: Any, where: str, wrap: bool) -> in
     shape = b.spec(index).shape + b.spec(x).shape[1:]
     if tuple(meta.shape) != shape or 0 in shape:
         raise UnsupportedOpError(f"row gather of shape {list(meta.shape)} at `{where}`; eager PyTorch runs it")
-    return b.add("gather", (_cast_to(b, x, meta.dtype), index), TensorSpec(shape, meta.dtype), wrap=wrap)
+    return b.add("gather", (cast_to(b, x, meta.dtype), index), TensorSpec(shape, meta.dtype), wrap=wrap)
 
 
-@_handles("embedding")
+@handles("embedding")
 def _embedding(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     """F.embedding(input, weight, padding_idx, max_norm, ...): max_norm renormalises the weight in place."""
-    if _arg(args, kwargs, 3, "max_norm") is not None:
+    if arg(args, kwargs, 3, "max_norm") is not None:
         raise UnsupportedOpError(f"embedding with max_norm at `{where}` writes into the weight; eager PyTorch runs it")
-    return _gather(b, _arg(args, kwargs, 1, "weight"), _arg(args, kwargs, 0, "input"), meta, where, False)
+    return _gather(b, arg(args, kwargs, 1, "weight"), arg(args, kwargs, 0, "input"), meta, where, False)
 
 
-@_handles("aten.embedding")
+@handles("aten.embedding")
 def _aten_embedding(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
-    return _gather(b, _arg(args, kwargs, 0, "weight"), _arg(args, kwargs, 1, "indices"), meta, where, False)
+    return _gather(b, arg(args, kwargs, 0, "weight"), arg(args, kwargs, 1, "indices"), meta, where, False)
 
 
-@_handles("aten.index")
+@handles("aten.index")
 def _aten_index(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
-    indices = _arg(args, kwargs, 1, "indices")
+    indices = arg(args, kwargs, 1, "indices")
     if not isinstance(indices, (list, tuple)) or len(indices) != 1:
         raise UnsupportedOpError(f"indexing by {indices!r} at `{where}`; only one index tensor on dim 0 is a gather")
-    return _gather(b, _arg(args, kwargs, 0, "self"), indices[0], meta, where, True)
+    return _gather(b, arg(args, kwargs, 0, "self"), indices[0], meta, where, True)
 
 
 __all__: list[str] = []

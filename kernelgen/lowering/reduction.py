@@ -2,7 +2,7 @@
 var/std and their ``_mean`` pairs, logsumexp) over any set of dims, as the IR's ``sum``/``prod``/``max``/``min``/``argmax``/``argmin``
 nodes (which keep the reduced dims as size 1) plus elementwise prologue and epilogue.
 
-Imported by ``kernelgen.lowering`` (which owns the handler table). Eager's numerics are the contract: sums
+Registered in the table of ``kernelgen.lowering.rules``. Eager's numerics are the contract: sums
 accumulate in the result dtype (int64 for bool and integer inputs), mean/var/std/logsumexp are float math
 (eager raises for integer inputs, so those graphs run eagerly), an empty reduction runs eagerly.
 """
@@ -13,8 +13,9 @@ import math
 from typing import Any
 
 from kernelgen.errors import UnsupportedOpError
-from kernelgen.lowering import _arg, _binary, _cast_to, _float_result, _handles, _is_float_dtype, _is_node, _ref
 from kernelgen.ir.values import TensorSpec
+from kernelgen.lowering.elementwise import binary
+from kernelgen.lowering.rules import arg, cast_to, float_result, handles, is_float_dtype, is_node, ref
 
 
 def reduced_dims(b: Any, x: int, dim: Any, kind: str, where: str) -> tuple[int, ...]:
@@ -75,14 +76,14 @@ def _correction(args: tuple, kwargs: dict, at: int) -> float:
     """var/std's correction: ``correction=`` by keyword, else ``unbiased`` (positional at ``at`` or keyword)."""
     correction = kwargs.get("correction")
     if correction is None:
-        correction = 1 if _arg(args, kwargs, at, "unbiased", True) else 0
+        correction = 1 if arg(args, kwargs, at, "unbiased", True) else 0
     return correction
 
 
 def _reduction(kind: str) -> Any:
     def handler(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> Any:
         x = int(args[0])
-        dim = _arg(args, kwargs, 1, "dim", None)
+        dim = arg(args, kwargs, 1, "dim", None)
         keep_at, unbiased_at = 2, None
         if kind in ("var", "std", "var_mean", "std_mean"):
             if isinstance(dim, bool):  # var(x, unbiased): the overload over all dims
@@ -90,50 +91,50 @@ def _reduction(kind: str) -> Any:
             else:
                 keep_at, unbiased_at = 3, 2
         dims = reduced_dims(b, x, dim, kind, where)
-        keepdim = bool(_arg(args, kwargs, keep_at, "keepdim", False))
+        keepdim = bool(arg(args, kwargs, keep_at, "keepdim", False))
         if kind in ("mean", "logsumexp"):
-            _float_result(kind, meta, where)
-        elif kind in ("var", "std", "var_mean", "std_mean") and not _is_float_dtype(b.spec(x).dtype):
+            float_result(kind, meta, where)
+        elif kind in ("var", "std", "var_mean", "std_mean") and not is_float_dtype(b.spec(x).dtype):
             raise UnsupportedOpError(f"{kind} of {b.spec(x).dtype} at `{where}` is float math; eager decides")
         trivial = count(b, x, dims) == 1 and kind not in ("var", "std", "var_mean", "std_mean")
         if trivial:  # only size-1 dims: each value is its own sum, max, mean (and logsumexp)
             value = x
         elif kind == "sum":  # eager accumulates in the result dtype: int8/bool sums in int64, dtype= before summing
-            value = b.reduce("sum", _cast_to(b, x, meta.dtype) if meta is not None else x, dims)
+            value = b.reduce("sum", cast_to(b, x, meta.dtype) if meta is not None else x, dims)
         elif kind == "mean":
-            value = mean(b, _cast_to(b, x, meta.dtype) if meta is not None else x, dims)
+            value = mean(b, cast_to(b, x, meta.dtype) if meta is not None else x, dims)
         elif kind in ("amax", "max"):
             value = b.reduce("max", x, dims)
         elif kind in ("amin", "min"):
             value = b.reduce("min", x, dims)
         elif kind == "logsumexp":  # of integers too: eager computes it in the default float dtype
-            value = logsumexp(b, _cast_to(b, x, meta.dtype) if meta is not None else x, dims)
+            value = logsumexp(b, cast_to(b, x, meta.dtype) if meta is not None else x, dims)
         else:  # var, std, var_mean, std_mean
             value = variance(b, x, dims, _correction(args, kwargs, unbiased_at))
             if kind.startswith("std"):
                 value = b.elementwise("sqrt", (value,))
             if kind.endswith("_mean"):
-                return (_ref(finish(b, value, x, dims, keepdim)), _ref(finish(b, mean(b, x, dims), x, dims, keepdim)))
+                return (ref(finish(b, value, x, dims, keepdim)), ref(finish(b, mean(b, x, dims), x, dims, keepdim)))
         if meta is not None:
-            value = _cast_to(b, value, meta.dtype)
+            value = cast_to(b, value, meta.dtype)
         return finish(b, value, x, dims, keepdim)
 
     return handler
 
 
 for _kind in ("sum", "mean", "amax", "amin", "logsumexp", "var", "std", "var_mean", "std_mean"):
-    _handles(_kind)(_reduction(_kind))
+    handles(_kind)(_reduction(_kind))
 
 
-@_handles("prod")
+@handles("prod")
 def _prod(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     """prod(x, dim=None, keepdim=False, *, dtype): accumulated in the result dtype, as sum (int64 for integers)."""
     x = int(args[0])
-    dims = reduced_dims(b, x, _arg(args, kwargs, 1, "dim", None), "prod", where)
-    value = _cast_to(b, x, meta.dtype) if meta is not None else x
+    dims = reduced_dims(b, x, arg(args, kwargs, 1, "dim", None), "prod", where)
+    value = cast_to(b, x, meta.dtype) if meta is not None else x
     if count(b, x, dims) != 1:
         value = b.reduce("prod", value, dims)
-    return finish(b, value, x, dims, bool(_arg(args, kwargs, 2, "keepdim", False)))
+    return finish(b, value, x, dims, bool(arg(args, kwargs, 2, "keepdim", False)))
 
 
 def _any_all(op: str) -> Any:
@@ -142,18 +143,18 @@ def _any_all(op: str) -> Any:
 
     def handler(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
         x = int(args[0])
-        dims = reduced_dims(b, x, _arg(args, kwargs, 1, "dim", None), op, where)
+        dims = reduced_dims(b, x, arg(args, kwargs, 1, "dim", None), op, where)
         truth = x if b.spec(x).dtype == "bool" else b.elementwise("ne", (x, b.scalar_or_node(0, x)))
         value = truth if count(b, x, dims) == 1 else b.reduce("max" if op == "any" else "min", truth, dims)
         if meta is not None:
-            value = _cast_to(b, value, meta.dtype)
-        return finish(b, value, x, dims, bool(_arg(args, kwargs, 2, "keepdim", False)))
+            value = cast_to(b, value, meta.dtype)
+        return finish(b, value, x, dims, bool(arg(args, kwargs, 2, "keepdim", False)))
 
     return handler
 
 
-_handles("any")(_any_all("any"))
-_handles("all")(_any_all("all"))
+handles("any")(_any_all("any"))
+handles("all")(_any_all("all"))
 
 
 def _arg_extreme(op: str) -> Any:
@@ -164,9 +165,9 @@ def _arg_extreme(op: str) -> Any:
         x = int(args[0])
         if b.spec(x).dtype == "bool":  # eager: "not implemented for 'Bool'"
             raise UnsupportedOpError(f"{op} of a bool tensor at `{where}`; eager raises for it")
-        dim = _arg(args, kwargs, 1, "dim", None)
+        dim = arg(args, kwargs, 1, "dim", None)
         dims = reduced_dims(b, x, dim, op, where)
-        keepdim = bool(_arg(args, kwargs, 2, "keepdim", False))
+        keepdim = bool(arg(args, kwargs, 2, "keepdim", False))
         if count(b, x, dims) == 1:  # one candidate: its index is 0
             value = b.add("cast", (b.const(0, "int64"),), TensorSpec(tuple(1 if d in dims else s for d, s in
                                                                            enumerate(b.spec(x).shape)), "int64"))
@@ -177,29 +178,29 @@ def _arg_extreme(op: str) -> Any:
     return handler
 
 
-_handles("argmax")(_arg_extreme("argmax"))
-_handles("argmin")(_arg_extreme("argmin"))
+handles("argmax")(_arg_extreme("argmax"))
+handles("argmin")(_arg_extreme("argmin"))
 
 
 def _max_min(name: str, b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> Any:
-    other = _arg(args, kwargs, 1, "other")
-    if _is_node(other):  # torch.max(a, b) is elementwise
-        return _binary("maximum" if name == "max" else "minimum")(b, args, kwargs, meta, where)
-    dim = _arg(args, kwargs, 1, "dim")
+    other = arg(args, kwargs, 1, "other")
+    if is_node(other):  # torch.max(a, b) is elementwise
+        return binary("maximum" if name == "max" else "minimum")(b, args, kwargs, meta, where)
+    dim = arg(args, kwargs, 1, "dim")
     if dim is None:  # torch.max(x): the value over every dim, a tensor
         value_meta = meta if not isinstance(meta, (tuple, list)) else None
         return _reduction("amax" if name == "max" else "amin")(b, args[:1], {}, value_meta, where)
     if not isinstance(dim, int):
         raise UnsupportedOpError(f"{name}(dim={dim!r}) at `{where}`; eager takes one int dim")
-    keepdim = _arg(args, kwargs, 2, "keepdim", False)
+    keepdim = arg(args, kwargs, 2, "keepdim", False)
     values = _reduction(name)(b, (args[0], dim), {"keepdim": keepdim}, None, where)
     if b.spec(int(args[0])).dtype == "bool":  # argmax of bool is not in eager's kernels; max(dim) of bool is
-        return (_ref(values), None)
+        return (ref(values), None)
     indices = _arg_extreme("argmax" if name == "max" else "argmin")(b, (args[0], dim, keepdim), {}, None, where)
-    return (_ref(values), _ref(indices))
+    return (ref(values), ref(indices))
 
 
-_handles("max")(lambda *a: _max_min("max", *a))
-_handles("min")(lambda *a: _max_min("min", *a))
+handles("max")(lambda *a: _max_min("max", *a))
+handles("min")(lambda *a: _max_min("min", *a))
 
 __all__ = ["count", "finish", "logsumexp", "mean", "reduced_dims", "variance"]

@@ -1,7 +1,7 @@
 """Lowering handlers for the cumulative ops (``torch.cumsum``, ``torch.cumprod`` and their ATen overloads) to the
 IR's scans (``kernelgen.ir.graph.SCAN_OPS``), which the scan template renders (``kernelgen.templates.scan``).
 
-Imported by ``kernelgen.lowering_pointwise`` (the handler table lives in ``kernelgen.lowering``).
+Registered in the table of ``kernelgen.lowering.rules``.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from kernelgen.errors import UnsupportedOpError
-from kernelgen.lowering import _arg, _cast_to, _handles, _is_node
 from kernelgen.ir.values import TensorSpec
+from kernelgen.lowering.rules import arg, cast_to, handles, is_node
 
 
 def _scan(op: str) -> Any:
@@ -18,8 +18,8 @@ def _scan(op: str) -> Any:
     int64 unless ``dtype`` says otherwise), then scans; a scan over a size-1 dim is that conversion."""
 
     def handler(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
-        x, dim = _arg(args, kwargs, 0, "input"), _arg(args, kwargs, 1, "dim")
-        if meta is None or not _is_node(x) or not isinstance(dim, int) or isinstance(dim, bool):
+        x, dim = arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "dim")
+        if meta is None or not is_node(x) or not isinstance(dim, int) or isinstance(dim, bool):
             raise UnsupportedOpError(f"{op} of {x!r} over dim={dim!r} at `{where}`")
         if meta.dtype == "bool":
             raise UnsupportedOpError(f"{op} to bool at `{where}`; eager PyTorch runs it")
@@ -27,14 +27,14 @@ def _scan(op: str) -> Any:
         shape = b.spec(x).shape
         rank = len(shape)
         if rank == 0 or shape[dim % rank] == 1:
-            return _cast_to(b, x, meta.dtype)
-        return b.add(op, (_cast_to(b, x, meta.dtype),), TensorSpec(shape, meta.dtype), dim=dim % rank)
+            return cast_to(b, x, meta.dtype)
+        return b.add(op, (cast_to(b, x, meta.dtype),), TensorSpec(shape, meta.dtype), dim=dim % rank)
 
     return handler
 
 
-_handles("cumsum")(_scan("cumsum"))
-_handles("cumprod")(_scan("cumprod"))
+handles("cumsum")(_scan("cumsum"))
+handles("cumprod")(_scan("cumprod"))
 
 
 __all__: list[str] = []

@@ -33,7 +33,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 import kernelgen
-from kernelgen.lowering import handled_ops, op_name
+from kernelgen.lowering.lower import handled_ops, op_name
 from kernelgen.testing import device_for
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,

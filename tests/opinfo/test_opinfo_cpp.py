@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from kernelgen.backends import get_backend
-from kernelgen.lowering import handled_ops
+from kernelgen.lowering.lower import handled_ops
 
 pytest.importorskip("expecttest", reason="torch.testing._internal needs expecttest: pip install -e '.[dev]'")
 pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")

@@ -18,7 +18,7 @@ pytest.importorskip("triton")
 pytest.importorskip("expecttest", reason="torch.testing._internal needs expecttest: pip install -e '.[dev]'")
 
 from kernelgen.backends.triton import interpreter_active  # noqa: E402
-from kernelgen.lowering import handled_ops  # noqa: E402
+from kernelgen.lowering.lower import handled_ops  # noqa: E402
 from kernelgen.testing import opinfo  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not (interpreter_active() or torch.cuda.is_available()),
