@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from kernelgen.backends.cpp import default_threads
 from kernelgen.dispatch import compile as kg_compile
-from kernelgen.tune.timing import Stopwatch, interleaved
+from kernelgen.backends.timing import Stopwatch, interleaved
 
 
 def _sdpa(causal: bool) -> Callable[..., Any]:

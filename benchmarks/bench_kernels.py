@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from kernelgen.backends.cpp import build_shared_library, default_threads
 from kernelgen.dispatch import compile as kg_compile
-from kernelgen.tune.timing import Stopwatch, interleaved
+from kernelgen.backends.timing import Stopwatch, interleaved
 
 R, N = 8192, 4096
 

@@ -34,9 +34,10 @@ def contenders(workload: Any, graph: Any, best: Any) -> dict[str, Callable[[], A
     """Zero-argument callables on shared seeded inputs: eager, torch.compile, default config, tuned config."""
     import torch
 
-    from kernelgen.implementation import allocate_outputs, resolve
+    from kernelgen.ir.implementation import allocate_outputs
+    from kernelgen.runtime.implementations import resolve
     from kernelgen.ir.target import Target
-    from kernelgen.check import make_inputs
+    from kernelgen.check.compare import make_inputs
 
     inputs = [view for _, view in make_inputs(graph.signature, 0)]
     outputs = allocate_outputs(graph)

@@ -13,7 +13,7 @@ from kernelgen.ir.graph import Graph
 from kernelgen.frontend.capture import trace
 from kernelgen.ir.space import Constraint, Param, SearchSpace
 from kernelgen.ir.target import Target
-from kernelgen.registry import custom_call, register_custom_call
+from kernelgen.api import custom_call, register_custom_call
 from kernelgen.ir.values import Config, Measurement, Source, Status, TensorSpec, TimeStats, TuningRecord
 
 __all__ = sorted([

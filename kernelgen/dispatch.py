@@ -392,7 +392,7 @@ class CompiledFunction:
 
     def _build_kernel(self, full: tuple, layout: Any, n_values: int, backend: Any) -> "_Entry":
         from kernelgen.frontend.capture import capture
-        from kernelgen.implementation import implementations_for
+        from kernelgen.runtime.implementations import implementations_for
 
         try:
             cap = capture(self.callee, full[:n_values], layout, full[n_values:])
@@ -415,7 +415,7 @@ class CompiledFunction:
                   sorted(graph.ops() - {"input"}), graph.workload_key[:12], [i.name for i in impls])
         impl, config, source = self._choose(graph, impls, backend.name, target)
         # Whatever the database says, a config runs here only once it passed a check in a worker process.
-        from kernelgen.tune.checked import build_checked, candidates_after
+        from kernelgen.check.verdicts import build_checked, candidates_after
 
         picked = build_checked(candidates_after((impl, config), impls, target), target)
         if picked is None:

@@ -62,7 +62,7 @@ class Family:
     def create(cls, cap: Any, sentinel: int, backend: Any, lookup: Any, tuner: Any = None) -> "Family | None":
         """The family of ``cap.graph`` (marked shape-generic), or None when no implementation serves every
         batch size of it with one kernel (the caller compiles per size)."""
-        from kernelgen.implementation import implementations_for
+        from kernelgen.runtime.implementations import implementations_for
 
         target = backend.target()
         impls = tuple(i for i in implementations_for(cap.graph, backend.name) if i.shape_generic(target))
@@ -151,7 +151,7 @@ class Family:
         ``may_build`` is False or every candidate fails its check, the family's first built kernel (None when
         there is none yet). The candidates after the choice: each implementation's default, in rank order."""
         from kernelgen.bounds import guarded, index_checks
-        from kernelgen.tune.checked import build_checked, candidates_after
+        from kernelgen.check.verdicts import build_checked, candidates_after
 
         with self.lock:
             key = (impl.name, config.key())

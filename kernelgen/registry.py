@@ -1,10 +1,11 @@
 """The custom-call registry: ``register_custom_call`` puts hand-written kernels (C++, Triton, CUDA, HIP,
-SYCL) beside the generated templates, and ``candidates(graph, backend)`` offers them to the tuner and
-the dispatcher as ``Implementation``s.
+SYCL) beside the generated templates; ``kernelgen.custom_calls.candidates`` offers them to the tuner and the
+dispatcher as ``Implementation``s.
 
 A call implements a name the user's function invokes (``custom_call("rms_norm", x, w)``, traced as one
 opaque node) and/or a subgraph pattern (``replaces=fn``: graphs structurally equal to ``fn`` traced at
-their own input specs). Registrations are validated eagerly; toolchains are probed lazily.
+their own input specs, by the pattern tracers the front end adds with ``add_pattern_tracer``). Registrations
+are validated eagerly; toolchains are probed lazily.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kernelgen.custom_calls import loading
+from kernelgen.custom_calls.entry import make_entry
 from kernelgen.errors import RegistryError
 from kernelgen.ir.graph import Graph
-from kernelgen.ir.target import Target
+from kernelgen.ir.values import TensorSpec
 
 _Launcher = Callable[..., None]
 
@@ -66,8 +69,6 @@ class Registry:
 
     def load_defaults(self) -> None:
         """Load the project's ``registry/``, ``$KERNELGEN_REGISTRY_PATH`` folders and entry points, once."""
-        from kernelgen.custom_calls import loading
-
         global _active
         with self._lock:
             if not self._defaults_loaded:
@@ -89,8 +90,6 @@ class Registry:
 
     def load_folder(self, folder: str | Path) -> list[Path]:
         """Import a registry folder into this registry, once; returns the files imported."""
-        from kernelgen.custom_calls import loading
-
         global _active
         resolved = Path(folder).expanduser().resolve()
         with self._lock:
@@ -117,20 +116,12 @@ class Registry:
         with self._lock:
             if key in self._matches:
                 return self._matches[key]
-        from kernelgen.errors import KernelgenError
-        from kernelgen.frontend.capture import trace
-
-        try:
-            found = trace(entry.replaces, *graph.signature).workload_key == graph.workload_key
-        except KernelgenError:
-            found = False
-        # A region of a torch.compile'd model: the pattern as the ATen backend lowers it. Regions exist only
-        # once the backend is loaded, so plain kernelgen.compile calls never pay for the ATen trace.
-        if not found and "kernelgen.frontend.region_op" in sys.modules:
-            from kernelgen.frontend.partition import aten_graph_of
-
-            aten = aten_graph_of(entry.replaces, graph.signature)
-            found = aten is not None and aten.workload_key == graph.workload_key
+        found = False
+        for tracer in tuple(_TRACERS):  # cheapest first: the plain trace, then the ATen form regions have
+            traced = tracer(entry.replaces, graph.signature)
+            if traced is not None and traced.workload_key == graph.workload_key:
+                found = True
+                break
         with self._lock:
             self._matches[key] = found
         return found
@@ -143,6 +134,22 @@ def _is_call_of(graph: Graph, name: str) -> bool:
         return False
     node = graph.nodes[body[0]]
     return node.op == "custom_call" and node.attr("name") == name and node.inputs == graph.input_ids
+
+
+PatternTracer = Callable[[Callable[..., Any], Sequence[TensorSpec]], "Graph | None"]
+"""``tracer(fn, specs)``: the ``Graph`` of the plain torch function ``fn`` at input specs ``specs`` as one way of
+compiling sees it, or None when it does not trace that way."""
+_TRACERS: list[PatternTracer] = []
+
+
+def add_pattern_tracer(tracer: PatternTracer) -> None:
+    """Teach the registry one more form a ``replaces=`` pattern may take: a graph ``tracer`` gives for it is
+    matched against the graphs dispatch asks about. The front end adds its plain trace (what
+    ``kernelgen.compile`` traces) and, once regions exist, the ATen form a ``torch.compile`` region has, so
+    plain ``kernelgen.compile`` calls never pay for the ATen trace. Adding one twice is a no-op."""
+    with _active_lock:
+        if tracer not in _TRACERS:
+            _TRACERS.append(tracer)
 
 
 _active = Registry()
@@ -188,8 +195,6 @@ def register_custom_call(name: str, *, language: str, platforms: Sequence[str] |
     ``kernelgen registry check`` runs. ``variant`` distinguishes versions of one (name, language).
     Raises ``RegistryError`` for an invalid registration; a missing toolchain only marks it unavailable.
     """
-    from kernelgen.custom_calls.entry import make_entry
-
     def decorate(launcher: _Launcher) -> _Launcher:
         caller = sys._getframe(1).f_globals  # the registering module: relative sources and worker imports
         entry = make_entry(launcher, module=caller.get("__name__"), module_file=caller.get("__file__"), name=name, language=language, platforms=platforms, params=params,
@@ -237,41 +242,12 @@ def reference_for(name: str) -> Callable[..., Any]:
         return registry.reference_for(name)
 
 
-reference = reference_for  # the name the tuner's measurer looks up
-
 
 def entries() -> list[Any]:
     load_default_registries()
     return default_registry().entries()
 
 
-def candidates(graph: Graph, backend: str) -> list[Any]:
-    """Custom-call ``Implementation``s of ``graph`` runnable here on ``backend``, in registration-key order.
 
-    Only entries that can run here on a platform served by ``backend`` and have a valid config for the
-    graph's inputs are offered; each is checked against the reference on first build.
-    """
-    from kernelgen.custom_calls import get_language
-    from kernelgen.custom_calls.base import backend_for
-    from kernelgen.custom_calls.implementation import CustomCallImplementation
-
-    load_default_registries()
-    registry = default_registry()
-    found = []
-    for entry in registry.entries():
-        if not registry.implements(entry, graph):
-            continue
-        availability = get_language(entry.language).availability(entry)
-        if not availability.runnable or backend_for(entry.language, availability.platform) != backend:
-            continue
-        impl = CustomCallImplementation(entry, graph, backend, availability.platform)
-        try:
-            impl.space(Target.current(backend)).default()
-        except ValueError:  # no config fits these inputs (constraints over `specs`)
-            continue
-        found.append(impl)
-    return found
-
-
-__all__ = ["Registry", "RegistryError", "candidates", "custom_call", "default_registry", "entries",
-           "load_default_registries", "load_folder", "reference", "reference_for", "register_custom_call", "use_registry"]
+__all__ = ["PatternTracer", "Registry", "RegistryError", "add_pattern_tracer", "custom_call", "default_registry", "entries",
+           "load_default_registries", "load_folder", "reference_for", "register_custom_call", "use_registry"]

@@ -13,7 +13,7 @@ import kernelgen
 from kernelgen.backends import get_backend
 from kernelgen.dispatch import compile
 from kernelgen.errors import InputMismatchError
-from kernelgen.implementation import implementations_for
+from kernelgen.runtime.implementations import implementations_for
 from kernelgen.ir.target import Target
 from kernelgen.ir.values import Config, FrozenMap, Measurement, Provenance, Status, TimeStats, TuningRecord
 

@@ -15,7 +15,7 @@ from kernelgen.backends import get_backend
 from kernelgen.dispatch import compile
 from kernelgen.errors import KernelgenError
 from kernelgen.frontend import dynamic as dyn
-from kernelgen.implementation import implementations_for
+from kernelgen.runtime.implementations import implementations_for
 from kernelgen.ir.values import Config, FrozenMap, Measurement, Provenance, Status, TimeStats, TuningRecord
 
 pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")

@@ -13,7 +13,7 @@ import kernelgen
 import kernelgen.tune.tuner as tuner_module
 from kernelgen.backends import get_backend
 from kernelgen.dispatch import compile
-from kernelgen.implementation import implementations_for
+from kernelgen.runtime.implementations import implementations_for
 from kernelgen.tune.bucket import BucketMember
 from tests.test_dynamic import _record, compiles  # noqa: F401 - compiles is a fixture
 

@@ -13,7 +13,7 @@ import kernelgen
 from kernelgen.backends import get_backend
 from kernelgen.dispatch import compile
 from kernelgen.frontend.dynamic import bucket
-from kernelgen.implementation import implementations_for
+from kernelgen.runtime.implementations import implementations_for
 from tests.test_dynamic import _record, compiles  # noqa: F401 - compiles is a fixture
 
 pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")

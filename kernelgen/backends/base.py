@@ -39,7 +39,7 @@ class Backend(ABC):
     - ``compile(source)`` returns a ``Kernel`` or raises ``CompileError`` whose message holds the path of
       the rendered source. Results are cached; compiling the same source twice is cheap.
     - ``benchmark(fn)`` times a zero-argument callable and returns ``TimeStats`` in seconds, with the one
-      timing loop (``kernelgen.tune.timing``) on the backend's ``stopwatch()`` and ``cold_cache()`` step.
+      timing loop (``kernelgen.backends.timing``) on the backend's ``stopwatch()`` and ``cold_cache()`` step.
     - ``recipe()`` is everything besides the source text that shapes a compiled kernel (compiler, version,
       flags, cache format); it is part of every implementation hash.
     Instances are process-wide singletons (``kernelgen.backends.get_backend``) and thread-safe.
@@ -73,8 +73,8 @@ class Backend(ABC):
         """Wait for queued work (no-op on the CPU)."""
 
     def stopwatch(self) -> Any:
-        """The clock of ``kernelgen.tune.timing``: wall time around ``synchronize`` (GPU backends: events)."""
-        from kernelgen.tune.timing import Stopwatch
+        """The clock of ``kernelgen.backends.timing``: wall time around ``synchronize`` (GPU backends: events)."""
+        from kernelgen.backends.timing import Stopwatch
 
         return Stopwatch(self.synchronize)
 
@@ -84,9 +84,9 @@ class Backend(ABC):
 
     def benchmark(self, fn: Callable[[], Any], *, min_time: float = 0.1, warmup: int = 2,
                   min_repeats: int = 5, max_repeats: int = 200, before: Callable[[], None] | None = None) -> TimeStats:
-        """Time ``fn`` with the one timing loop (``kernelgen.tune.timing.repeat``) on this backend's clock;
+        """Time ``fn`` with the one timing loop (``kernelgen.backends.timing.repeat``) on this backend's clock;
         ``before`` runs untimed before every run (after the backend's own ``cold_cache`` step)."""
-        from kernelgen.tune.timing import repeat
+        from kernelgen.backends.timing import repeat
 
         return repeat(fn, self.stopwatch(), min_time=min_time, warmup=warmup, min_repeats=min_repeats,
                       max_repeats=max_repeats, before=_chain(self.cold_cache(), before))

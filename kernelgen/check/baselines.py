@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from kernelgen.check.compare import compare
 from kernelgen.ir.graph import Graph
+from kernelgen.ir.reference import evaluate
 from kernelgen.ir.values import TimeStats
 
 EAGER = "eager"
@@ -30,8 +32,6 @@ def compile_reference(graph: Graph, inputs: Sequence[Any], expected: Sequence[An
     against ``expected``: a no-argument callable that runs it on ``inputs``. Raises ``ReferenceSkipped``."""
     import torch
 
-    from kernelgen.ir.reference import evaluate
-    from kernelgen.tune.measure import compare
 
     args = list(inputs)
     try:

@@ -1,6 +1,6 @@
 """The one checker of a kernel against eager PyTorch: its inputs, its tolerance table, its comparison.
 
-Templates (``kernelgen.tune.measure.Bench``) and custom calls (the same ``Bench``, in the same isolated
+Templates (``kernelgen.check.measure.Bench``) and custom calls (the same ``Bench``, in the same isolated
 worker) draw inputs with ``make_inputs`` and compare each output with ``compare`` under ``tolerance``: the
 shared per-dtype table, or a custom call's registered ``tolerance=`` in its place.
 """

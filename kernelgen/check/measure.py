@@ -2,8 +2,8 @@
 
 A ``Bench`` owns random inputs drawn from the graph's signature with a fixed seed, the eager reference's
 outputs for them, and the timing policy. ``Bench.measure(config)`` builds the kernel, checks it against the
-reference (``kernelgen.check``: the one input generator and tolerance table of templates and custom calls;
-``wrong_result`` otherwise) and only then times it with the one timing loop (``kernelgen.tune.timing``):
+reference (``kernelgen.check.compare``: the one input generator and tolerance table of templates and custom calls;
+``wrong_result`` otherwise) and only then times it with the one timing loop (``kernelgen.backends.timing``):
 warm-up, then repeats until a minimum total time, median and spread, on a fixed and recorded CPU thread count. A timing whose
 repeats scatter or whose threads waited for a CPU is taken again (``TimingPolicy.retries`` times); one that
 stays unsteady says so in its message (``UNSTEADY``), which the confirmation rounds read. Inputs are
@@ -17,12 +17,16 @@ import traceback
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kernelgen.check import compare, make_inputs, poison
+from kernelgen.backends import get_backend
+from kernelgen.backends.cpp import default_threads
+from kernelgen.check.baselines import compile_reference
+from kernelgen.check.compare import compare, make_inputs, poison
+from kernelgen.check.load import WAIT_LIMIT, LoadProbe
 from kernelgen.errors import CompileError, KernelgenError
-from kernelgen.implementation import Implementation, allocate_outputs
 from kernelgen.ir.graph import Graph
+from kernelgen.ir.implementation import Implementation, allocate_outputs
+from kernelgen.ir.reference import evaluate
 from kernelgen.ir.target import Target
-from kernelgen.tune.load import WAIT_LIMIT, LoadProbe
 from kernelgen.ir.values import Config, Measurement, Status, TimeStats
 
 # Marks an ok measurement whose every timing attempt was unsteady; the rest of the message says how.
@@ -47,8 +51,6 @@ class TimingPolicy:
     def resolved_threads(self) -> int:
         if self.threads is not None:
             return self.threads
-        from kernelgen.backends.cpp import default_threads
-
         return default_threads()
 
     def to_json(self) -> dict[str, Any]:
@@ -69,9 +71,7 @@ class Bench:
 
     def __init__(self, impl: Implementation, target: Target, *, seed: int = 0,
                  policy: TimingPolicy = TimingPolicy(), reference: Any = None) -> None:
-        import torch
-
-        from kernelgen.backends import get_backend
+        import torch  # deferred: kernelgen imports without torch until a kernel is measured
 
         self.impl, self.target, self.policy = impl, target, policy
         self.graph: Graph = impl.graph
@@ -83,7 +83,9 @@ class Bench:
         self._work = [(c, c.as_strided(view.shape, view.stride())) for c, (_, view) in zip(copies, self._pristine)]
         self.inputs = [view for _, view in self._work]
         self.outputs = allocate_outputs(self.graph)
-        self.expected = reference if reference is not None else reference_outputs(self.graph, [v for _, v in self._pristine])
+        custom = impl.custom_call_reference if "custom_call" in self.graph.ops() else None
+        self.expected = reference if reference is not None else \
+            reference_outputs(self.graph, [v for _, v in self._pristine], custom)
         self._space = impl.space(target)
         self._launchers: dict[Config, Any] = {}
 
@@ -155,17 +157,13 @@ class Bench:
     def time_eager(self) -> TimeStats | None:
         """Time the eager reference on the same inputs (PyTorch ops one by one); None when the timing stayed
         unsteady through every attempt: a "vs eager" figure from a contended timing is noise, not a ratio."""
-        from kernelgen.ir.reference import evaluate
-
         stats, unsteady = self._time(lambda: evaluate(self.graph, self.inputs), restore=False)
         return None if unsteady else stats
 
     def time_compiled(self) -> TimeStats | None:
         """Time torch.compile (Inductor) of the eager reference on the same inputs, compiled and checked once
         before its first timing; None when unsteady, as ``time_eager``. Raises
-        ``kernelgen.tune.references.ReferenceSkipped`` when Inductor fails or disagrees with the reference."""
-        from kernelgen.tune.references import compile_reference
-
+        ``kernelgen.check.baselines.ReferenceSkipped`` when Inductor fails or disagrees with the reference."""
         inputs, run = getattr(self, "_compiled", (None, None))
         if inputs is not self.inputs:  # first call, or the inputs moved to a kernel's device since
             run = compile_reference(self.graph, self.inputs, self.expected)
@@ -239,25 +237,10 @@ def is_unsteady(measurement: Measurement) -> bool:
     return UNSTEADY in measurement.message
 
 
-def reference_outputs(graph: Graph, inputs: list[Any]) -> list[Any]:
-    """The eager reference's outputs for ``inputs`` (custom calls through the registry when it exists)."""
-    from kernelgen.ir.reference import evaluate
-
-    custom = None
-    if "custom_call" in graph.ops():
-        custom = _custom_call_reference
-    return [t.clone() for t in evaluate(graph, [t.clone() for t in inputs], custom)]
-
-
-def _custom_call_reference(name: str) -> Any:
-    try:
-        from kernelgen import registry
-    except ModuleNotFoundError as exc:
-        raise KernelgenError(f"custom call {name!r} needs kernelgen.registry to compute its reference") from exc
-    lookup = getattr(registry, "reference", None)
-    if lookup is None:
-        raise KernelgenError(f"kernelgen.registry has no reference(name) to check custom call {name!r}")
-    return lookup(name)
+def reference_outputs(graph: Graph, inputs: list[Any], custom_calls: Any = None) -> list[Any]:
+    """The eager reference's outputs for ``inputs``; ``custom_calls(name)`` gives the function a ``custom_call``
+    node computes (an implementation's ``custom_call_reference``)."""
+    return [t.clone() for t in evaluate(graph, [t.clone() for t in inputs], custom_calls)]
 
 
 def _unexpected(exc: BaseException) -> str:

@@ -1,11 +1,12 @@
 """The first check of an (implementation, config) before anything runs it in the caller's process.
 
-A config is built and run once against the reference in an isolated worker (``kernelgen.tune.worker``)
+A config is built and run once against the reference in an isolated worker (``kernelgen.check.worker``)
 with a timeout, so a kernel that segfaults, aborts, exits or loops costs a ``Verdict`` (runtime_error,
 timeout, wrong_result, compile_error), never the caller. Dispatch and ``kernelgen registry check`` ask
 here; whatever a tuning database says, a config whose check failed is not run. Verdicts are kept in this
 process and on disk under a complete key (implementation and its source hash, config, workload and
-signature, target fingerprint, kernelgen version, thread count, tolerances), so a config is checked once per machine.
+signature, target fingerprint, kernelgen version, thread count, tolerances), so a config is checked once per
+machine.
 """
 
 from __future__ import annotations
@@ -19,9 +20,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import inspect
+
+from kernelgen.check.compare import tolerance
+from kernelgen.check.measure import TimingPolicy
+from kernelgen.check.worker import InProcessMeasurer, IsolatedMeasurer
 from kernelgen.errors import KernelgenError
-from kernelgen.paths import atomic_write_text, cache_dir
 from kernelgen.ir.values import Config, Status
+from kernelgen.paths import atomic_write_text, cache_dir
 from kernelgen.version import __version__
 
 log = logging.getLogger(__name__)
@@ -74,19 +80,13 @@ def _isolated() -> bool:
     return os.environ.get(ISOLATE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def _references(graph: Any) -> dict[str, str]:
-    """The source of the reference of each custom call in ``graph``: what the kernel is compared with."""
-    import inspect
-
-    names = sorted({n.attr("name") for n in graph.nodes if n.op == "custom_call"})
-    if not names:
-        return {}
-    from kernelgen.registry import reference_for
-
+def _references(impl: Any) -> dict[str, str]:
+    """The source of the reference of each custom call in ``impl``'s graph: what the kernel is compared with."""
+    names = sorted({n.attr("name") for n in impl.graph.nodes if n.op == "custom_call"})
     found = {}
     for name in names:
         try:
-            fn = reference_for(name)
+            fn = impl.custom_call_reference(name)
         except KernelgenError:
             found[name] = "missing"  # the check itself reports it
             continue
@@ -100,11 +100,17 @@ def _references(graph: Any) -> dict[str, str]:
 def _key(impl: Any, config: Config, target: Any, threads: int) -> tuple[str, dict[str, Any]]:
     fields = {"format": _FORMAT, "implementation": impl.name, "backend": impl.backend,
               "source_hash": impl.source_hash(), "config": config.to_json(), "workload": impl.graph.workload_key,
-              "signature": [s.to_json() for s in impl.graph.signature], "references": _references(impl.graph),
+              "signature": [s.to_json() for s in impl.graph.signature], "references": _references(impl),
               "target": target.fingerprint, "kernelgen": __version__, "threads": threads,
-              "tolerances": [_as_list(impl.tolerance(s.dtype)) for s in impl.graph.output_specs]}
+              "tolerances": [_as_list(_tolerance(impl, s.dtype)) for s in impl.graph.output_specs]}
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
     return digest, fields
+
+
+def _tolerance(impl: Any, dtype: str) -> tuple[float, float] | None:
+    """The tolerance the check applies to ``impl``'s outputs of ``dtype``: its own, else the shared table's."""
+    own = impl.tolerance(dtype)
+    return own if own is not None else tolerance(dtype)
 
 
 def _as_list(tol: tuple[float, float] | None) -> list[float] | None:
@@ -146,8 +152,6 @@ def check(impl: Any, config: Config, target: Any, *, timeout: float | None = Non
     registered in ``__main__``) is a failed verdict whose message says how to make it checkable. A failure
     is logged once as a warning unless ``quiet`` (a caller that reports it itself).
     """
-    from kernelgen.tune.measure import TimingPolicy
-
     policy = TimingPolicy()
     digest, fields = _key(impl, config, target, policy.resolved_threads())
     with _lock:
@@ -168,8 +172,6 @@ def check(impl: Any, config: Config, target: Any, *, timeout: float | None = Non
 
 
 def _run(impl: Any, config: Config, target: Any, policy: Any, timeout: float) -> Verdict:
-    from kernelgen.tune.worker import InProcessMeasurer, IsolatedMeasurer
-
     if _isolated():
         measurer: Any = IsolatedMeasurer(impl, policy=policy, timeout=timeout)
     else:

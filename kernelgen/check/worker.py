@@ -1,10 +1,8 @@
 """Isolated measurement: a worker subprocess speaking JSON lines, and the parent-side ``IsolatedMeasurer``.
 
-The worker rebuilds the implementation from (graph JSON, implementation name, backend) with
-``kernelgen.implementation.resolve`` (or, for implementations that set ``worker_factory =
-"module:callable"``, by calling that with ``(graph, backend, **worker_args)``, ``worker_args`` an optional
-JSON-able dict on the implementation), then builds and measures configs on
-request. The parent enforces a timeout per request: a worker that dies (even from a segfault) gives a
+The worker rebuilds the implementation from its graph JSON and backend with the implementation's own
+``worker_factory = "module:callable"``, called with ``(graph, backend, **worker_args)`` (``worker_args`` an
+optional JSON-able dict on the implementation), then builds and measures configs on request. The parent enforces a timeout per request: a worker that dies (even from a segfault) gives a
 ``runtime_error`` measurement, one that hangs is killed and gives ``timeout``; either way a fresh worker
 replaces it and the tuning run goes on.
 
@@ -33,8 +31,11 @@ import threading
 import time
 from typing import Any
 
+from kernelgen.check.baselines import COMPILE_TIMEOUT, ReferenceSkipped
+from kernelgen.check.measure import Bench, TimingPolicy, pin_threads
 from kernelgen.errors import KernelgenError
 from kernelgen.ir.graph import Graph
+from kernelgen.ir.target import Target
 from kernelgen.ir.values import Config, Measurement, Status, TimeStats
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ class WorkerProcess:
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         env["OMP_NUM_THREADS"] = str(threads)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kernelgen.tune.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            [sys.executable, "-m", "kernelgen.check.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self._stderr, env=env, start_new_session=True,  # Ctrl-C reaches the parent only
         )
         log.debug("started measurement worker pid %d (%d threads)", self.proc.pid, threads)
@@ -204,8 +205,6 @@ class IsolatedMeasurer:
 
     def __init__(self, impl: Any, *, seed: int = 0, policy: Any = None, timeout: float = 60.0,
                  build_timeout: float | None = None) -> None:
-        from kernelgen.tune.measure import TimingPolicy
-
         self.policy = policy or TimingPolicy()
         self.threads = self.policy.resolved_threads()
         # One --timeout bounds building (compiling, a Python builder) as it bounds running.
@@ -295,8 +294,6 @@ class IsolatedMeasurer:
     def compiled(self) -> TimeStats | None:
         """Time torch.compile of the reference in the worker (compiling it on the first call); None when
         unsteady; ``ReferenceSkipped`` when it cannot be compiled or the worker dies on it."""
-        from kernelgen.tune.references import COMPILE_TIMEOUT, ReferenceSkipped
-
         try:
             reply = self._ready().call({"op": "compiled"}, max(self.build_timeout, COMPILE_TIMEOUT))
         except WorkerDied as exc:
@@ -329,9 +326,6 @@ class InProcessMeasurer:
     """The same measurement without a worker (``isolate=False``): fast, but a crash ends the process."""
 
     def __init__(self, impl: Any, *, seed: int = 0, policy: Any = None, **_: Any) -> None:
-        from kernelgen.ir.target import Target
-        from kernelgen.tune.measure import Bench, TimingPolicy
-
         self.bench = Bench(impl, Target.current(impl.backend), seed=seed, policy=policy or TimingPolicy())
         self.restarts = 0
 
@@ -364,13 +358,14 @@ class InProcessMeasurer:
 
 def rebuild_implementation(graph: Graph, name: str, backend: str, factory: str | None,
                            factory_args: dict[str, Any] | None = None) -> Any:
-    """The implementation a setup request names: through its factory when given, else ``resolve``."""
-    if factory:
-        module_name, _, attr = factory.partition(":")
-        return getattr(importlib.import_module(module_name), attr)(graph, backend, **(factory_args or {}))
-    from kernelgen.implementation import resolve
-
-    return resolve(graph, name, backend)
+    """The implementation a setup request names, made by its factory (``"module:callable"``, called with
+    ``(graph, backend, **factory_args)``): the implementation itself says where it comes from, so this layer
+    never needs the templates' or the registry's catalogue."""
+    if not factory:
+        raise KernelgenError(f"implementation {name!r} names no worker_factory, so a worker cannot rebuild it; "
+                             "give it one, or measure it in this process (isolate=False)")
+    module_name, _, attr = factory.partition(":")
+    return getattr(importlib.import_module(module_name), attr)(graph, backend, **(factory_args or {}))
 
 
 class _Session:
@@ -387,8 +382,6 @@ class _Session:
             stats = self.bench.time_eager()
             return {} if stats is None else {"time": stats.to_json()}
         if op == "compiled":
-            from kernelgen.tune.references import ReferenceSkipped
-
             try:
                 stats = self.bench.time_compiled()
             except ReferenceSkipped as exc:
@@ -406,9 +399,6 @@ class _Session:
         return {"error": f"unknown request {op!r}"}
 
     def _setup(self, request: dict[str, Any]) -> dict[str, Any]:
-        from kernelgen.ir.target import Target
-        from kernelgen.tune.measure import Bench, TimingPolicy, pin_threads
-
         try:
             sys.path.extend(p for p in request.get("sys_path", ()) if p not in sys.path)
             policy = TimingPolicy.from_json(request["policy"])

@@ -1,7 +1,7 @@
 """The record of the last check of each custom call, for ``kernelgen registry list``.
 
-The check itself is the one templates get (``kernelgen.check`` inside the isolated worker of
-``kernelgen.tune.checked``). The outcome of each first check is kept in
+The check itself is the one templates get (``kernelgen.check.compare`` inside the isolated worker of
+``kernelgen.check.verdicts``). The outcome of each first check is kept in
 ``<cache>/custom_calls/checks/<entry>.json`` (written atomically) so ``kernelgen registry list`` shows why
 a call is never dispatched.
 """

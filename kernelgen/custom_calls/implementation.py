@@ -2,24 +2,45 @@
 
 ``build(config, target)`` loads (compiles, cached) the kernel and wraps the entry's launcher in one that
 validates the tensors it is given; it runs nothing. The check against the reference happens in an
-isolated worker (``kernelgen.tune.checked``) with the checker templates use (``kernelgen.check``), under
+isolated worker (``kernelgen.check.verdicts``) with the checker templates use (``kernelgen.check.compare``), under
 the entry's registered ``tolerance=`` when it has one; ``note_verdict`` records each outcome for
-``kernelgen registry list``.
+``kernelgen registry list``. ``factory_for`` names how a worker rebuilds one (``kernelgen.custom_calls.rebuild``).
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from typing import Any
 
 from kernelgen import code_hash
+from kernelgen.backends import get_backend
+from kernelgen.check.compare import tolerance
+from kernelgen.check.verdicts import forget
 from kernelgen.custom_calls import checks, get_language
+from kernelgen.custom_calls.loading import folder_of
 from kernelgen.errors import InputMismatchError, KernelgenError
-from kernelgen.implementation import Implementation, Launcher
+from kernelgen.ir.implementation import Implementation, Launcher
 from kernelgen.ir.graph import Graph
 from kernelgen.ir.space import SearchSpace
 from kernelgen.ir.target import Target
 from kernelgen.ir.values import Config, TensorSpec
+from kernelgen.registry import reference_for
 
+REBUILD_MODULE = "kernelgen.custom_calls.rebuild"  # where a worker's factory of a custom call lives
+
+
+def factory_for(entry: Any) -> str:
+    """The ``worker_factory`` string of ``entry``'s implementations: ``REBUILD_MODULE``'s ``r_<hex JSON>``, the
+    JSON saying where the registration came from (a module, or a registry folder) and the implementation."""
+    module = entry.module or getattr(entry.launcher, "__module__", None)
+    spec: dict[str, str] = {"impl": entry.implementation_name}
+    folder = folder_of(module)
+    if folder is not None:
+        spec["folder"] = folder
+    elif module and module != "__main__":
+        spec["module"] = module
+    return f"{REBUILD_MODULE}:r_{json.dumps(spec, sort_keys=True).encode().hex()}"
 
 
 class _BoundLauncher:
@@ -87,11 +108,9 @@ class CustomCallImplementation(Implementation):
         self.platform = platform
         self.name = entry.implementation_name
 
-    @property
+    @property  # type: ignore[override]
     def worker_factory(self) -> str:
         """How an isolated tuning worker rebuilds this implementation (see ``custom_calls.rebuild``)."""
-        from kernelgen.custom_calls.rebuild import factory_for
-
         return factory_for(self.entry)
 
     @property
@@ -100,8 +119,6 @@ class CustomCallImplementation(Implementation):
 
     def source_hash(self) -> str:
         """The entry's own hash (source, launcher, params) with the backend's compile recipe folded in."""
-        from kernelgen.backends import get_backend
-
         return code_hash.combine(self.entry.source_hash(), get_backend(self.backend).recipe())
 
     def space(self, target: Target) -> SearchSpace:
@@ -117,9 +134,11 @@ class CustomCallImplementation(Implementation):
 
     def tolerance(self, dtype: str) -> tuple[float, float] | None:
         """The registered ``tolerance=`` as both rtol and atol, else the shared table."""
-        from kernelgen.check import tolerance
-
         return tolerance(dtype, self.entry.tolerance)
+
+    def custom_call_reference(self, name: str) -> Callable[..., Any]:
+        """The registered reference of custom call ``name`` (the registry's, loading its default folders)."""
+        return reference_for(name)
 
     def note_verdict(self, config: Config, verdict: Any) -> None:
         checks.record(self.entry, self.graph.workload_key, self.graph.signature, config,
@@ -131,6 +150,4 @@ class CustomCallImplementation(Implementation):
 
 def forget_verdicts() -> None:
     """Drop the in-process check results (tests; after editing a kernel in a long-lived process)."""
-    from kernelgen.tune import checked
-
-    checked.forget()
+    forget()

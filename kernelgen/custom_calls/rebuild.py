@@ -2,8 +2,9 @@
 
 The worker rebuilds an implementation from ``worker_factory = "module:callable"``. A custom call may have
 been registered by a module the worker never imported, or from a folder loaded with ``load_folder``, so
-the callable's name carries where the registration came from (``r_<hex JSON>``, decoded by this module's
-``__getattr__``). The worker loads that origin, then picks the implementation by name.
+the callable's name carries where the registration came from (``r_<hex JSON>``, made by
+``kernelgen.custom_calls.implementation.factory_for``, decoded by this module's ``__getattr__``). The worker
+loads that origin, then picks the implementation by name.
 """
 
 from __future__ import annotations
@@ -13,21 +14,9 @@ import importlib
 import json
 from typing import Any
 
+from kernelgen.custom_calls.candidates import candidates
 from kernelgen.errors import NoTemplateError
-
-
-def factory_for(entry: Any) -> str:
-    """The ``worker_factory`` string of ``entry``'s implementations."""
-    from kernelgen.custom_calls.loading import folder_of
-
-    module = entry.module or getattr(entry.launcher, "__module__", None)
-    spec: dict[str, str] = {"impl": entry.implementation_name}
-    folder = folder_of(module)
-    if folder is not None:
-        spec["folder"] = folder
-    elif module and module != "__main__":
-        spec["module"] = module
-    return f"{__name__}:r_{json.dumps(spec, sort_keys=True).encode().hex()}"
+from kernelgen.registry import default_registry
 
 
 def __getattr__(name: str) -> Any:
@@ -41,8 +30,6 @@ def __getattr__(name: str) -> Any:
 
 
 def _rebuild(spec: dict[str, str], graph: Any, backend: str) -> Any:
-    from kernelgen.registry import candidates, default_registry
-
     def find() -> list[Any]:
         return [c for c in candidates(graph, backend) if c.name == spec["impl"]]
 

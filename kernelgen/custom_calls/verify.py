@@ -7,10 +7,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from kernelgen.check import verdicts
 from kernelgen.custom_calls import checks, get_language
 from kernelgen.custom_calls.base import COMPILE_ONLY, RUNNABLE, backend_for
+from kernelgen.custom_calls.implementation import CustomCallImplementation
 from kernelgen.errors import KernelgenError, ToolchainUnavailableError
 from kernelgen.ir.graph import Graph, Node
+from kernelgen.ir.target import Target
 from kernelgen.ir.values import Config, TensorSpec
 
 
@@ -60,13 +63,9 @@ def check_entry(entry: Any, all_configs: bool = False, timeout: float | None = N
     """Check one entry here; each result has ``status`` passed | failed | compiled | skipped and a message.
 
     A run check happens in a worker process bounded by ``timeout`` seconds per build and per run (default:
-    ``kernelgen.tune.checked.check_timeout()``); a failed one also has ``outcome``, the exact status
+    ``kernelgen.check.verdicts.check_timeout()``); a failed one also has ``outcome``, the exact status
     (wrong_result, runtime_error, timeout, compile_error).
     """
-    from kernelgen.custom_calls.implementation import CustomCallImplementation
-    from kernelgen.ir.target import Target
-    from kernelgen.tune import checked
-
     name = entry.implementation_name
     availability = get_language(entry.language).availability(entry)
     if availability.state == COMPILE_ONLY:
@@ -100,7 +99,7 @@ def check_entry(entry: Any, all_configs: bool = False, timeout: float | None = N
             results.append({"implementation": name, "status": "failed", "message": f"{shapes}: {exc}"})
             continue
         for config in configs:
-            verdict = checked.check(impl, config, target, timeout=timeout, quiet=True)  # reported here
+            verdict = verdicts.check(impl, config, target, timeout=timeout, quiet=True)  # reported here
             if verdict.ok:
                 results.append({"implementation": name, "status": "passed",
                                 "message": f"{shapes} config {dict(config)} matches the reference"})

@@ -137,6 +137,15 @@ def trace(fn: Callable[..., Any], *example_inputs: Any) -> Graph:
     return capture(callee, values, layout, callee.read_state()).graph
 
 
+def trace_pattern(fn: Callable[..., Any], specs: Sequence[TensorSpec]) -> Graph | None:
+    """``fn`` traced at ``specs`` as ``kernelgen.compile`` traces it, or None when it does not trace: how the
+    registry matches a custom call's ``replaces=`` pattern against the graphs dispatch asks about."""
+    try:
+        return trace(fn, *specs)
+    except KernelgenError:
+        return None
+
+
 def _module_of(fn: Any) -> Any:
     from kernelgen.frontend.callables import _innermost
 
@@ -362,4 +371,4 @@ def _replay(gm: Any, plan: OutputPlan) -> Any:
     return replay
 
 
-__all__ = ["Capture", "capture", "propagate_meta", "trace"]
+__all__ = ["Capture", "capture", "propagate_meta", "trace", "trace_pattern"]

@@ -172,11 +172,13 @@ def install(gm: Any, regions: list, options: dict | None = None, counters: Any =
     call, for graphs that are only executed); returns the region keys. ``options`` are ``kernelgen.compile``'s
     keywords for each region (backend, tune, db, trials, seconds). Regions must be convex
     (``kernelgen.frontend.partition`` makes them so); the graph is re-sorted after."""
-    import torch.fx
     from torch.fx.passes.tools_common import legalize_graph
 
-    from kernelgen.frontend.partition import is_symbolic
+    from kernelgen.frontend.partition import aten_graph_of, is_symbolic
+    from kernelgen.registry import add_pattern_tracer
 
+    # Regions exist from now on: a custom call's pattern may also match them in their ATen form.
+    add_pattern_tracer(aten_graph_of)
     op = run_region if direct else region_op()
     graph = gm.graph
     keys = []

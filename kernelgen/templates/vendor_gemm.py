@@ -12,7 +12,7 @@ its sizes from the tensors it is given, the scratch buffer grows to the largest 
 is the pointwise template's generic kernel (the batch size ``n0`` an argument), so one built implementation
 serves every batch size with no compile (``shape_generic``).
 
-Untuned, dispatch runs the first implementation's default (``kernelgen.implementation.implementations_for``
+Untuned, dispatch runs the first implementation's default (``kernelgen.runtime.implementations.implementations_for``
 puts this one first): eager's kernel is never much slower than eager, while an untuned generated GEMM can
 be (milliseconds at M=16). The generated GEMM runs only once tuning declares it faster.
 """
@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernelgen import code_hash
-from kernelgen.implementation import Implementation, Launcher, TemplateImplementation
+from kernelgen.ir.implementation import Implementation, Launcher
+from kernelgen.templates.implementation import REBUILD, TemplateImplementation
 from kernelgen.ir.graph import Graph, Node
 from kernelgen.ir.space import Constraint, Param, SearchSpace
 from kernelgen.ir.target import Target
@@ -100,6 +101,8 @@ class VendorGemmImplementation(Implementation):
     """ATen's matmul + kernelgen's pointwise epilogue for a ``GemmProblem`` on ``backend``."""
 
     name = NAME
+    worker_factory = REBUILD
+    worker_args = {"name": NAME}
 
     def __init__(self, problem: GemmProblem, backend: str) -> None:
         self.problem = problem

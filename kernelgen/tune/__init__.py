@@ -1,6 +1,6 @@
 """Autotuning: search over a template's SearchSpace (Optuna), budgets, replay of recorded landscapes.
 
-Names are imported on first use, so dispatch can use ``kernelgen.tune.checked`` (a worker check) without
+Names are imported on first use, so dispatch can use ``kernelgen.check.verdicts`` (a worker check) without
 importing Optuna.
 """
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernelgen.frontend.dynamic import substitute
-from kernelgen.implementation import Implementation, Launcher
+from kernelgen.ir.implementation import Implementation, Launcher
 from kernelgen.ir.graph import Graph
 from kernelgen.ir.space import SearchSpace
 from kernelgen.ir.target import Target
@@ -59,7 +59,7 @@ class BucketMember(Implementation):
     def _sized_default(self, target: Target, space: SearchSpace) -> Config | None:
         """The default of the same implementation of the static graph (templates size their defaults, e.g.
         rows per task, by the problem), when the generic kernel accepts it."""
-        from kernelgen.implementation import implementations_for
+        from kernelgen.runtime.implementations import implementations_for
 
         try:
             static = next((i for i in implementations_for(self.graph, self.backend) if i.name == self.name), None)
@@ -83,7 +83,7 @@ class BucketMember(Implementation):
 
 def rebuild(graph: Graph, backend: str, family: dict[str, Any], implementation: str) -> BucketMember:
     """The worker's factory: the member named ``implementation`` of the family graph ``family`` at ``graph``."""
-    from kernelgen.implementation import resolve
+    from kernelgen.runtime.implementations import resolve
 
     return BucketMember(resolve(Graph.from_json(family), implementation, backend), graph)
 
@@ -134,7 +134,7 @@ def range_implementations(family: Graph, graph: Graph, impls: Sequence[Implement
     runs at every size of the bucket); the others (custom calls, a template that bakes the size in) stay as
     they are. ``impls`` unchanged at a size the family does not serve (1)."""
     from kernelgen.backends import get_backend
-    from kernelgen.implementation import implementations_for
+    from kernelgen.runtime.implementations import implementations_for
 
     if batch_size(family, graph) is None:
         return list(impls)

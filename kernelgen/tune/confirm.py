@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from kernelgen.tune.measure import is_unsteady
-from kernelgen.tune.references import EAGER, ReferenceSkipped
+from kernelgen.check.measure import is_unsteady
+from kernelgen.check.baselines import EAGER, ReferenceSkipped
 from kernelgen.ir.values import (CONFIRM_PREFIX, DECLARED_PREFIX, Evidence, Measurement, Reference, Status, TimeStats,
                                  TuningRecord)
 
@@ -187,7 +187,7 @@ def _disturbed_search(finalist: Finalist[Any], summary: Measurement) -> str:
 
 
 def _why(m: Measurement) -> str:
-    from kernelgen.tune.measure import UNSTEADY
+    from kernelgen.check.measure import UNSTEADY
 
     return m.message[m.message.find(UNSTEADY):]
 

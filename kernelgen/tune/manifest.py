@@ -283,12 +283,12 @@ def _backend(name: Any, where: str) -> str:
 
 def _check_implementable(graph: Graph, backend: str, template: str | None, where: str) -> None:
     from kernelgen.errors import NoTemplateError
-    from kernelgen.tune.tuner import candidate_implementations
+    from kernelgen.runtime.implementations import implementations_for
 
     from kernelgen.backends import get_backend
     from kernelgen.tune.tuner import usable_implementations
 
-    impls, unusable = usable_implementations(candidate_implementations(graph, backend), get_backend(backend).target())
+    impls, unusable = usable_implementations(implementations_for(graph, backend), get_backend(backend).target())
     names = [impl.name for impl in impls]
     if not names:
         raise NoTemplateError(f"{where}: no template or custom call supports this graph on backend {backend!r} "
@@ -302,9 +302,9 @@ def _check_implementable(graph: Graph, backend: str, template: str | None, where
 def workload_implementations(workload: Workload, graph: Graph) -> list[Any]:
     """The implementations to tune for one of the workload's graphs (just the template override, if set); at
     the representative sizes of a batch-size range, the generic kernels a shape family runs there."""
-    from kernelgen.tune.tuner import candidate_implementations
+    from kernelgen.runtime.implementations import implementations_for
 
-    impls = candidate_implementations(graph, workload.backend)
+    impls = implementations_for(graph, workload.backend)
     if workload.family is not None:
         from kernelgen.tune.bucket import range_implementations
 

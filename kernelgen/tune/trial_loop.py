@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kernelgen.implementation import Implementation
+from kernelgen.ir.implementation import Implementation
 from kernelgen.tune.confirm import CONFIRM_ROUNDS, TIE_TOLERANCE, fastest, is_refused
 from kernelgen.ir.values import Config, Evidence, Measurement, TimeStats, TuningRecord
 

@@ -26,13 +26,14 @@ from functools import partial
 from typing import Any
 
 from kernelgen.errors import KernelgenError, NoTemplateError
-from kernelgen.implementation import Implementation
+from kernelgen.ir.implementation import Implementation
+from kernelgen.runtime.implementations import implementations_for
 from kernelgen.ir.graph import Graph
 from kernelgen.ir.target import Target
 from kernelgen.tune.confirm import (CONFIRM_ROUNDS, NO_VERDICT, Confirmation, Finalist, commit_confirmation, confirm,
                                     is_refused, note_of, rounds_tag)
-from kernelgen.tune.measure import TimingPolicy
-from kernelgen.tune.references import contestants
+from kernelgen.check.measure import TimingPolicy
+from kernelgen.check.baselines import contestants
 from kernelgen.tune.trial_loop import (FunctionMeasurer, SearchState, TrialEvent, is_confirmation, pick_winner,
                                        run_workers)
 from kernelgen.ir.values import (Config, Evidence, FrozenMap, Measurement, Provenance, TimeStats, TuningRecord,
@@ -109,23 +110,6 @@ def _status_counts(records: Sequence[TuningRecord]) -> dict[str, int]:
     for r in records:
         counts[r.measurement.status.value] = counts.get(r.measurement.status.value, 0) + 1
     return counts
-
-
-def candidate_implementations(graph: Graph, backend: str) -> list[Implementation]:
-    """``implementations_for`` — tolerating a kernelgen without its custom-call registry module."""
-    from kernelgen.implementation import TemplateImplementation, implementations_for
-
-    try:
-        return implementations_for(graph, backend)
-    except ImportError as exc:
-        if "registry" not in str(exc):
-            raise
-        from kernelgen.templates import match
-
-        matched = match(graph)
-        if matched is None or backend not in matched[0].backends:
-            return []
-        return [TemplateImplementation(matched[0], matched[1], backend)]
 
 
 def usable_implementations(impls: Sequence[Implementation], target: Target) -> tuple[list[Implementation], list[str]]:
@@ -232,7 +216,7 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
     check_budget(trials, seconds, patience, workers)
     if trials is None and seconds is None:
         trials = DEFAULT_TRIALS
-    impls = list(implementations) if implementations is not None else candidate_implementations(graph, backend)
+    impls = list(implementations) if implementations is not None else implementations_for(graph, backend)
     target = get_backend(backend).target()
     impls, unusable = usable_implementations(impls, target)
     if not impls:
@@ -333,7 +317,7 @@ def _threads_free_here(policy: TimingPolicy) -> TimingPolicy:
     record keeps the thread count it was timed with."""
     from dataclasses import replace
 
-    from kernelgen.tune.load import cpus_busy_elsewhere
+    from kernelgen.check.load import cpus_busy_elsewhere
 
     if policy.threads is not None:
         return policy
@@ -501,7 +485,7 @@ def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Ta
 
 
 def _measurer_factory(impl: Implementation, opts: _Options) -> Callable[[], Any]:
-    from kernelgen.tune.worker import InProcessMeasurer, IsolatedMeasurer
+    from kernelgen.check.worker import InProcessMeasurer, IsolatedMeasurer
 
     seed = 0  # inputs: the same for every config and every run, so results compare
     if opts.measure is not None:
@@ -538,5 +522,5 @@ def tune_workload(workload: Any, *, db: Any = None, trials: int | None = None, s
     return results
 
 
-__all__ = ["CONFIRM_ROUNDS", "TrialEvent", "TuneResult", "candidate_implementations", "check_budget",
+__all__ = ["CONFIRM_ROUNDS", "TrialEvent", "TuneResult", "check_budget",
            "is_confirmation", "study_attrs", "study_name", "tune_graph", "tune_workload"]

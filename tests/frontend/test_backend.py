@@ -353,7 +353,7 @@ def test_registry_custom_calls_compete_for_regions():
     # registry/rms_norm replaces this plain-torch pattern; the region the backend makes of it is offered the
     # hand-written kernel beside the generated reduction, as kernelgen.compile offers it
     from kernelgen.frontend.region_op import _REGIONS
-    from kernelgen.implementation import implementations_for
+    from kernelgen.runtime.implementations import implementations_for
 
     def rms_norm(x, w):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w

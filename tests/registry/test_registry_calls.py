@@ -12,9 +12,10 @@ from kernelgen.custom_calls.verify import describe
 from kernelgen.errors import InputMismatchError, RegistryError
 from kernelgen.frontend.capture import trace
 from kernelgen.ir.reference import evaluate
-from kernelgen.registry import candidates, custom_call, reference_for, register_custom_call
+from kernelgen.custom_calls.candidates import candidates
+from kernelgen.registry import custom_call, reference_for, register_custom_call
 from kernelgen.ir.target import Target
-from kernelgen.tune import checked
+from kernelgen.check import verdicts as checked
 from kernelgen.ir.values import Status
 
 
@@ -151,7 +152,7 @@ extern "C" void bias_only''')
 
 @pytest.mark.parametrize(("symbol", "tolerance", "status"), [
     ("bias_gelu_off", 0.05, Status.OK),  # the registered tolerance is the check's, not one more on top of it
-    ("bias_gelu_off", None, Status.WRONG_RESULT),  # without one: the shared table of kernelgen.check
+    ("bias_gelu_off", None, Status.WRONG_RESULT),  # without one: the shared table of kernelgen.check.compare
     ("bias_gelu", 1e-12, Status.WRONG_RESULT),  # tighter than the table: the kernel's erf rounding shows
 ])
 def test_a_registered_tolerance_governs_the_one_check(registry, checks_here, symbol, tolerance, status):

@@ -8,7 +8,8 @@ import torch
 from cc_helpers import BIAS_GELU_CPP, bias_gelu, launch
 
 from kernelgen.frontend.capture import trace
-from kernelgen.registry import candidates, custom_call, register_custom_call
+from kernelgen.custom_calls.candidates import candidates
+from kernelgen.registry import custom_call, register_custom_call
 
 tuner = pytest.importorskip("kernelgen.tune.tuner", reason="the tuner (kernelgen/tune/tuner.py) is not built yet")
 dispatch = pytest.importorskip("kernelgen.dispatch", reason="the dispatcher (kernelgen/dispatch.py) is not built yet")
@@ -26,7 +27,7 @@ def db_url(tmp_path):
 
 def _tune(graph, impls, url):
     from kernelgen.db import open_db
-    from kernelgen.tune.measure import TimingPolicy
+    from kernelgen.check.measure import TimingPolicy
 
     db = open_db(url)
     try:
@@ -40,7 +41,7 @@ def _tune(graph, impls, url):
 def checks_here(monkeypatch):
     """These calls are registered inside the test, so no worker process can rebuild them: dispatch checks
     them in this process (test_registry_isolation covers checks in a worker)."""
-    from kernelgen.tune.checked import ISOLATE_ENV
+    from kernelgen.check.verdicts import ISOLATE_ENV
 
     monkeypatch.setenv(ISOLATE_ENV, "0")
 
@@ -106,7 +107,7 @@ def test_isolated_tuning_worker_rebuilds_a_call_from_its_module(registry, db_url
     graph = trace(bias_gelu, x, b)
     (impl,) = candidates(graph, "cpp")
     from kernelgen.db import open_db
-    from kernelgen.tune.measure import TimingPolicy
+    from kernelgen.check.measure import TimingPolicy
 
     db = open_db(db_url)
     try:

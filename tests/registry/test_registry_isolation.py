@@ -15,10 +15,11 @@ import torch
 from cc_helpers import FAULTS, FAULTY_CPP, double, import_faulty_module
 
 from kernelgen.frontend.capture import trace
-from kernelgen.registry import candidates, custom_call
+from kernelgen.custom_calls.candidates import candidates
+from kernelgen.registry import custom_call
 from kernelgen.ir.target import Target
-from kernelgen.tune import checked
-from kernelgen.tune.measure import TimingPolicy
+from kernelgen.check import verdicts as checked
+from kernelgen.check.measure import TimingPolicy
 from kernelgen.ir.values import Config, Measurement, Status, TimeStats
 
 dispatch = pytest.importorskip("kernelgen.dispatch")

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from kernelgen.errors import RegistryError
-from kernelgen.registry import Registry, candidates, custom_call, load_folder, use_registry
+from kernelgen.custom_calls.candidates import candidates
+from kernelgen.registry import Registry, custom_call, load_folder, use_registry
 
 TEAM_INIT = '''
 """A team's call: doubles its input, with a C++ kernel in a sibling file and a helper imported relatively."""

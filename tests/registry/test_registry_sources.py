@@ -8,7 +8,8 @@ from cc_helpers import BIAS_GELU_CPP, bias_gelu, launch
 
 from kernelgen.custom_calls import get_language
 from kernelgen.frontend.capture import trace
-from kernelgen.registry import candidates, register_custom_call
+from kernelgen.custom_calls.candidates import candidates
+from kernelgen.registry import register_custom_call
 from kernelgen.ir.target import Target
 
 

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import kernelgen
-from kernelgen.implementation import implementations_for
+from kernelgen.runtime.implementations import implementations_for
 from kernelgen.templates import match
 
 X = torch.randn(8, 16)

@@ -16,9 +16,9 @@ import torch.nn.functional as F  # noqa: E402
 import kernelgen  # noqa: E402
 from kernelgen import code_hash  # noqa: E402
 from kernelgen.backends import get_backend  # noqa: E402
-from kernelgen.check import tolerance  # noqa: E402
+from kernelgen.check.compare import tolerance  # noqa: E402
 from kernelgen.db import open_db  # noqa: E402
-from kernelgen.implementation import implementations_for  # noqa: E402
+from kernelgen.runtime.implementations import implementations_for  # noqa: E402
 from kernelgen.templates.vendor_gemm import ADDMM, NAME, VendorGemmImplementation  # noqa: E402
 from kernelgen.ir.values import Config, Measurement, Status, TimeStats  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""``kernelgen.tune.checked``: dispatch's gate. Any implementation (a template here, through the fake) runs in
+"""``kernelgen.check.verdicts``: dispatch's gate. Any implementation (a template here, through the fake) runs in
 the caller's process only after its config passed a check in a worker; the next candidate takes over."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from kernelgen.ir.target import Target
-from kernelgen.tune import checked
+from kernelgen.check import verdicts as checked
 from kernelgen.ir.values import Config, Status
 
 from tune_fakes import FakeImpl, relu_add_graph

@@ -81,7 +81,7 @@ def test_torch_compile_is_a_baseline_of_every_round_and_its_time_reaches_every_r
 
 
 def test_a_baseline_that_cannot_compile_is_skipped_with_its_reason_and_the_rounds_go_on() -> None:
-    from kernelgen.tune.references import ReferenceSkipped
+    from kernelgen.check.baselines import ReferenceSkipped
 
     log: list[str] = []
     calls = []

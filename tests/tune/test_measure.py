@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from kernelgen.ir.target import Target
-from kernelgen.check import compare, make_inputs
-from kernelgen.tune.measure import Bench, TimingPolicy
-from kernelgen.tune.worker import IsolatedMeasurer
+from kernelgen.check.compare import compare, make_inputs
+from kernelgen.check.measure import Bench, TimingPolicy
+from kernelgen.check.worker import IsolatedMeasurer
 from kernelgen.ir.values import Config, Status, TensorSpec
 
 from tune_fakes import FakeImpl, relu_add_graph
@@ -87,7 +87,7 @@ class _FakeProbe:
 @pytest.mark.parametrize("fractions, attempts, unsteady", [([0.0], 1, False), ([0.9, 0.0], 2, False),
                                                            ([0.9], 3, True)])
 def test_a_timing_whose_threads_waited_for_a_cpu_is_timed_again(monkeypatch, fractions, attempts, unsteady) -> None:
-    import kernelgen.tune.measure as measure
+    import kernelgen.check.measure as measure
 
     monkeypatch.setattr(measure, "LoadProbe", _FakeProbe)
     monkeypatch.setattr(_FakeProbe, "fractions", fractions)
@@ -103,7 +103,7 @@ def test_a_timing_whose_threads_waited_for_a_cpu_is_timed_again(monkeypatch, fra
 
 @pytest.mark.parametrize("fractions, timed", [([0.9, 0.0], True), ([0.9], False)])
 def test_an_eager_timing_contended_in_every_attempt_is_dropped(monkeypatch, fractions, timed) -> None:
-    import kernelgen.tune.measure as measure
+    import kernelgen.check.measure as measure
 
     monkeypatch.setattr(measure, "LoadProbe", _FakeProbe)
     monkeypatch.setattr(_FakeProbe, "fractions", fractions)
@@ -115,7 +115,7 @@ def test_an_eager_timing_contended_in_every_attempt_is_dropped(monkeypatch, frac
 
 
 def test_scattered_repeats_or_cpu_waits_make_a_timing_unsteady() -> None:
-    from kernelgen.tune.measure import MAX_SPREAD, unsteadiness
+    from kernelgen.check.measure import MAX_SPREAD, unsteadiness
     from kernelgen.ir.values import TimeStats
 
     steady = TimeStats.from_samples([1e-5, 1.01e-5, 1.02e-5, 0.99e-5])
@@ -129,7 +129,7 @@ def test_scattered_repeats_or_cpu_waits_make_a_timing_unsteady() -> None:
 def test_load_probe_is_run_queue_wait_over_wall_time(monkeypatch) -> None:
     from types import SimpleNamespace
 
-    from kernelgen.tune import load
+    from kernelgen.check import load
 
     waits, clock = iter([2.0, 2.25]), iter([10.0, 10.5])
     monkeypatch.setattr(load, "_run_queue_wait", lambda: next(waits))
@@ -184,7 +184,7 @@ def test_a_cpu_held_by_a_busy_loop_counts_as_busy_elsewhere() -> None:
     import sys
     import time
 
-    from kernelgen.tune.load import cpus_busy_elsewhere
+    from kernelgen.check.load import cpus_busy_elsewhere
 
     cpu = sorted(os.sched_getaffinity(0))[0]
     hog = subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"])
@@ -197,7 +197,7 @@ def test_a_cpu_held_by_a_busy_loop_counts_as_busy_elsewhere() -> None:
 
 
 def test_tuning_times_with_the_cpus_other_work_leaves_free(monkeypatch, caplog) -> None:
-    import kernelgen.tune.load as load
+    import kernelgen.check.load as load
     from kernelgen.tune.tuner import _threads_free_here
 
     monkeypatch.setattr(load, "cpus_busy_elsewhere", lambda interval=0.1: 1)

@@ -15,7 +15,7 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 import kernelgen
 from kernelgen.cli import main
 from kernelgen.db import open_db
-from kernelgen.implementation import implementations_for
+from kernelgen.runtime.implementations import implementations_for
 from kernelgen.tune.report import render_report, summarise
 from kernelgen.tune.confirm import TIE_TOLERANCE
 from kernelgen.tune.search import ATTR_BEST

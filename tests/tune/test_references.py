@@ -11,10 +11,10 @@ from kernelgen.ir.values import Config, Measurement, Reference, Status, TimeStat
 def _bench():
     import torch.nn.functional as F
 
-    from kernelgen.implementation import implementations_for
+    from kernelgen.runtime.implementations import implementations_for
     from kernelgen.frontend.capture import trace
     from kernelgen.ir.target import Target
-    from kernelgen.tune.measure import Bench, TimingPolicy
+    from kernelgen.check.measure import Bench, TimingPolicy
     from kernelgen.ir.values import TensorSpec
 
     graph = trace(lambda x, b: F.gelu(x + b), TensorSpec((8, 16), "float32"), TensorSpec((16,), "float32"))
@@ -53,7 +53,7 @@ def test_references_survive_export_and_import(tmp_path) -> None:
 def test_inductor_failing_skips_torch_compile_with_the_reason(monkeypatch) -> None:
     import torch
 
-    from kernelgen.tune.references import ReferenceSkipped
+    from kernelgen.check.baselines import ReferenceSkipped
 
     bench = _bench()
 
@@ -71,7 +71,7 @@ def test_inductor_failing_skips_torch_compile_with_the_reason(monkeypatch) -> No
 def test_torch_compile_that_disagrees_with_eager_is_skipped_not_timed(monkeypatch) -> None:
     import torch
 
-    from kernelgen.tune.references import ReferenceSkipped
+    from kernelgen.check.baselines import ReferenceSkipped
 
     bench = _bench()
     monkeypatch.setattr(torch, "compile", lambda fn, *a, **k: (lambda *xs: [t + 1 for t in fn(*xs)]))
@@ -103,7 +103,7 @@ def test_inductor_compiles_the_reference_and_matches_eager() -> None:
     import torch
 
     from kernelgen.ir.reference import evaluate
-    from kernelgen.tune.references import compile_reference
+    from kernelgen.check.baselines import compile_reference
 
     bench = _bench()
     run = compile_reference(bench.graph, bench.inputs, bench.expected)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kernelgen.backends import get_backend
-from kernelgen.tune.timing import interleaved, repeat
+from kernelgen.backends.timing import interleaved, repeat
 
 
 class FakeStopwatch:

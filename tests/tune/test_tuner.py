@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kernelgen.db import open_db
-from kernelgen.tune.measure import TimingPolicy
+from kernelgen.check.measure import TimingPolicy
 from kernelgen.tune.tuner import CONFIRM_ROUNDS, is_confirmation, tune_graph
 from kernelgen.ir.values import Config, Status
 
@@ -304,7 +304,7 @@ def test_a_search_slowed_by_load_is_noted_beside_the_verdict(db) -> None:
 
 class _UnsteadyWhileConfirming(CountingMeasurer):
     def __call__(self, impl, config):
-        from kernelgen.tune.measure import UNSTEADY
+        from kernelgen.check.measure import UNSTEADY
 
         m = super().__call__(impl, config)
         return _scaled(m, 1.0, f"{UNSTEADY}: injected") if m.ok and self.calls[config] > 1 else m
