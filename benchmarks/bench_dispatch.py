@@ -19,7 +19,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from kernelgen.dispatch import compile as kg_compile
+from kernelgen.api import compile as kg_compile
 
 
 CLOCK = time.perf_counter

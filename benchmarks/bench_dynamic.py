@@ -101,7 +101,7 @@ def run_function(name: str, fn: Callable[..., Any], make: Callable[[int], tuple]
 
     import kernelgen
     from kernelgen.db import open_db
-    from kernelgen.frontend.dynamic import bucket
+    from kernelgen.runtime.dynamic import bucket
 
     rng = random.Random(1)
     exact_sizes = sorted(rng.sample([n for n in sizes if n >= 2], min(args.exact, len(sizes))))

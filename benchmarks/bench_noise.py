@@ -35,7 +35,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from kernelgen.tune.report import fmt_time
+from kernelgen.report import fmt_time
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 1.5  # a verdict more than this multiple of its trial was fooled by noise

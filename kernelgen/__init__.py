@@ -7,13 +7,12 @@ from kernelgen.version import __version__
 
 _logs.configure_from_env()  # KERNELGEN_LOG=debug|info|warning: the library's only handler, opt-in
 
-from kernelgen.dispatch import CompiledFunction, compile
+from kernelgen.api import CompiledFunction, compile, custom_call, register_custom_call
 from kernelgen.errors import KernelgenError
-from kernelgen.ir.graph import Graph
 from kernelgen.frontend.capture import trace
+from kernelgen.ir.graph import Graph
 from kernelgen.ir.space import Constraint, Param, SearchSpace
 from kernelgen.ir.target import Target
-from kernelgen.api import custom_call, register_custom_call
 from kernelgen.ir.values import Config, Measurement, Source, Status, TensorSpec, TimeStats, TuningRecord
 
 __all__ = sorted([

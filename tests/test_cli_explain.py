@@ -100,12 +100,12 @@ def test_verbose_and_the_variable_log_dispatch_decisions_and_quiet_silences_them
                                                                                  restore_logging):
     args = ["explain", f"{ops}:bias_gelu", "--input", "float32[4, 8]", "--input", "float32[8]", "--no-source"]
     assert main(["-v", *args]) == 0
-    assert "kernelgen.dispatch: bias_gelu: pointwise" in capsys.readouterr().err
+    assert "kernelgen.runtime: bias_gelu: pointwise" in capsys.readouterr().err
     assert main(args) == 0
-    assert "kernelgen.dispatch" not in capsys.readouterr().err  # INFO is off by default
+    assert "kernelgen.runtime" not in capsys.readouterr().err  # INFO is off by default
     monkeypatch.setenv("KERNELGEN_LOG", "info")
     assert main(args) == 0
-    assert "kernelgen.dispatch: bias_gelu" in capsys.readouterr().err
+    assert "kernelgen.runtime: bias_gelu" in capsys.readouterr().err
     assert main(["-q", *args]) == 0  # -q wins over the variable
     assert capsys.readouterr().err == ""
 

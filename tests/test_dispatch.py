@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import kernelgen
 from kernelgen.backends import get_backend
-from kernelgen.dispatch import compile
+from kernelgen.api import compile
 from kernelgen.errors import InputMismatchError
 from kernelgen.runtime.implementations import implementations_for
 from kernelgen.ir.target import Target

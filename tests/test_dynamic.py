@@ -12,9 +12,9 @@ import torch.nn.functional as F
 import kernelgen
 from kernelgen.backends import cpp as cpp_backend
 from kernelgen.backends import get_backend
-from kernelgen.dispatch import compile
+from kernelgen.api import compile
 from kernelgen.errors import KernelgenError
-from kernelgen.frontend import dynamic as dyn
+from kernelgen.runtime import dynamic as dyn
 from kernelgen.runtime.implementations import implementations_for
 from kernelgen.ir.values import Config, FrozenMap, Measurement, Provenance, Status, TimeStats, TuningRecord
 
@@ -170,9 +170,9 @@ def test_variant_cap_warns_once_then_runs_eagerly(caplog):
 
 
 def test_variant_cap_from_environment(monkeypatch):
-    monkeypatch.setenv(kernelgen.dispatch.VARIANTS_ENV, "3")
+    monkeypatch.setenv(kernelgen.runtime.family_path.VARIANTS_ENV, "3")
     assert compile(bias_gelu, backend="cpp").max_variants == 3
-    monkeypatch.setenv(kernelgen.dispatch.VARIANTS_ENV, "many")
+    monkeypatch.setenv(kernelgen.runtime.family_path.VARIANTS_ENV, "many")
     with pytest.raises(KernelgenError, match="KERNELGEN_MAX_VARIANTS"):
         compile(bias_gelu, backend="cpp")
     with pytest.raises(KernelgenError, match="max_variants=0"):

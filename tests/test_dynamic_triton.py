@@ -9,8 +9,8 @@ from tests.triton_env import DEVICE, needs_triton, torch  # TRITON_INTERPRET bef
 
 import torch.nn.functional as F  # noqa: E402
 
-from kernelgen.dispatch import compile  # noqa: E402
-from kernelgen.frontend.dynamic import bucket  # noqa: E402
+from kernelgen.api import compile  # noqa: E402
+from kernelgen.runtime.dynamic import bucket  # noqa: E402
 
 pytestmark = needs_triton
 

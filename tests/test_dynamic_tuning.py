@@ -12,9 +12,9 @@ import torch
 import kernelgen
 import kernelgen.tune.tuner as tuner_module
 from kernelgen.backends import get_backend
-from kernelgen.dispatch import compile
+from kernelgen.api import compile
 from kernelgen.runtime.implementations import implementations_for
-from kernelgen.tune.bucket import BucketMember
+from kernelgen.runtime.bucket_member import BucketMember
 from tests.test_dynamic import _record, compiles  # noqa: F401 - compiles is a fixture
 
 pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")
@@ -50,7 +50,7 @@ def _keys(url: str) -> set[str]:
 def test_auto_tunes_once_per_bucket_on_the_generic_kernel(tmp_path, tuning_runs, compiles, caplog):
     url = f"sqlite:///{tmp_path / 'tuning.sqlite'}"
     f = compile(softmax, backend="cpp", dynamic=True, tune="auto", trials=2, db=url)
-    with caplog.at_level(logging.INFO, logger="kernelgen.dispatch"):
+    with caplog.at_level(logging.INFO, logger="kernelgen.runtime"):
         for n, source in ((5, "tuned"), (7, "bucket"), (6, "bucket")):  # one bucket: 8
             x = torch.randn(n, 33)
             torch.testing.assert_close(f(x), softmax(x))
@@ -102,7 +102,7 @@ def test_bucket_kernels_count_against_max_variants(tmp_path, caplog):
         db.commit(_record(graph, implementations_for(graph, "cpp")[0], {**base, "rows_per_task": next(rows)}))
     db.close()
     f = compile(softmax, backend="cpp", dynamic=True, db=url, max_variants=2)
-    with caplog.at_level(logging.WARNING, logger="kernelgen.dispatch"):
+    with caplog.at_level(logging.WARNING, logger="kernelgen.runtime"):
         seen = []
         for n in (5, 40, 300, 400):
             x = torch.randn(n, 33)
@@ -122,7 +122,7 @@ def test_auto_tuning_stops_at_the_variant_cap(tmp_path, tuning_runs, caplog):
     run here), it runs the family's kernel, and the cap is said once."""
     url = f"sqlite:///{tmp_path / 'tuning.sqlite'}"
     f = compile(softmax, backend="cpp", dynamic=True, tune="auto", trials=1, db=url, max_variants=1)
-    with caplog.at_level(logging.WARNING, logger="kernelgen.dispatch"):
+    with caplog.at_level(logging.WARNING, logger="kernelgen.runtime"):
         for n in (5, 20, 30, 100):  # buckets 8, 32, 32, 128
             x = torch.randn(n, 33)
             torch.testing.assert_close(f(x), softmax(x))

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 
 import kernelgen
 from kernelgen.backends import get_backend
-from kernelgen.dispatch import compile
-from kernelgen.frontend.dynamic import bucket
+from kernelgen.api import compile
+from kernelgen.runtime.dynamic import bucket
 from kernelgen.runtime.implementations import implementations_for
 from tests.test_dynamic import _record, compiles  # noqa: F401 - compiles is a fixture
 

@@ -38,8 +38,10 @@ def test_every_public_name_resolves() -> None:
 
 
 def test_the_entry_points_the_readme_uses_are_the_real_ones() -> None:
-    from kernelgen import dispatch, registry
+    from kernelgen import api, registry
+    from kernelgen.runtime.compiled import CompiledFunction
 
-    assert kernelgen.compile is dispatch.compile
+    assert kernelgen.compile is api.compile
+    assert kernelgen.CompiledFunction is CompiledFunction
     assert kernelgen.register_custom_call is registry.register_custom_call
     assert kernelgen.custom_call is registry.custom_call

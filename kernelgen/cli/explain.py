@@ -77,7 +77,7 @@ def _example(spec: Any) -> Any:
 
 def explain_workloads(workloads: list[Any], db: str | None, team_db: str | None) -> list[dict[str, Any]]:
     """``CompiledFunction.explain`` of every problem size of ``workloads``, with name and inputs."""
-    from kernelgen.dispatch import CompiledFunction
+    from kernelgen.runtime.compiled import CompiledFunction
 
     rows = []
     for w in workloads:

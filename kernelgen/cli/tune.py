@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kernelgen.tune.report import fmt_time
+from kernelgen.report import fmt_time
 
 
 def fmt_ratio(value: float | None) -> str:

@@ -3,7 +3,7 @@
 A database returns *groups*: the fastest ok record per other target of the same family (tier 1), and the
 fastest ok record per neighbouring shape of the same graph on the same target (tier 2). Groups from
 several layers merge by keeping the faster record of each group; tier 1 ranks by time, tier 2 by shape
-distance, then time. Dispatch of a shape family reuses neighbouring size buckets (``neighbour_buckets``).
+distance, then time.
 """
 
 from __future__ import annotations
@@ -54,13 +54,6 @@ def shape_distance(a: Sequence[TensorSpec], b: Sequence[TensorSpec]) -> float:
         if x.strides != y.strides:
             total += 1.0
     return total
-
-
-def neighbour_buckets(b: int) -> tuple[int, ...]:
-    """Size buckets (powers of two, ``kernelgen.frontend.dynamic.bucket``) whose records serve bucket ``b``,
-    best first: ``b`` itself, then the bucket below and the one above (one step in log2 size, the
-    nearest in ``shape_distance``). A size with no record of its own runs the first tuned one."""
-    return (b, b // 2, b * 2) if b >= 4 else (b, b * 2)
 
 
 def merge_groups(layers: Iterable[NearestGroups]) -> NearestGroups:

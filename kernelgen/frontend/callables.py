@@ -32,6 +32,14 @@ class Callee:
     state_names: tuple[str, ...] = ()
     submodules: tuple = ()
 
+    @property
+    def workload_name(self) -> str:
+        """The name tuning records of it carry: the innermost function's ``module.qualname``."""
+        inner = innermost(self.fn)
+        qualname = getattr(inner, "__qualname__", None) or type(inner).__qualname__
+        module = getattr(inner, "__module__", None)
+        return f"{module}.{qualname}" if isinstance(module, str) else str(qualname)
+
     def modes(self) -> tuple:
         """The ``training`` flag of the module and each submodule now."""
         return tuple([m.training for m in self.submodules])
@@ -72,19 +80,17 @@ class Callee:
 
 def describe(fn: Any) -> Callee:
     """A ``Callee`` for ``fn``, or a ``KernelgenError`` that says what to pass instead."""
-    import torch
+    import torch  # deferred: importing kernelgen stays free of torch until something is compiled
 
-    from kernelgen.dispatch import CompiledFunction
-
-    if isinstance(fn, CompiledFunction):
-        fn = fn.callee.fn  # compiling twice is compiling once
+    if isinstance(getattr(fn, "callee", None), Callee):  # a CompiledFunction: compiling twice is compiling once
+        fn = fn.callee.fn
     if inspect.isclass(fn):
         raise KernelgenError(f"kernelgen.compile got the class {fn.__name__}; pass an instance "
                              f"(kernelgen.compile({fn.__name__}(...))) or a function")
     if not callable(fn):
         raise KernelgenError(f"kernelgen.compile needs a callable (function, nn.Module, bound method, "
                              f"functools.partial); got {type(fn).__name__} {_short(fn)}")
-    inner = _innermost(fn)
+    inner = innermost(fn)
     if inspect.isgeneratorfunction(inner) or inspect.isasyncgenfunction(inner) or inspect.iscoroutinefunction(inner):
         raise KernelgenError(f"kernelgen.compile got {_name(fn)}, a generator or async function; compile a "
                              "plain function that returns tensors")
@@ -101,8 +107,10 @@ def describe(fn: Any) -> Callee:
     return callee
 
 
-def _innermost(fn: Any) -> Any:
-    import torch
+def innermost(fn: Any) -> Any:
+    """The plain function a callable runs: through partials, bound methods, a module's ``forward`` and a
+    callable object's ``__call__`` (what names it and what its source module is)."""
+    import torch  # deferred: importing kernelgen stays free of torch until something is compiled
 
     while True:
         if isinstance(fn, functools.partial):
@@ -166,4 +174,4 @@ def _state_slots(module: Any) -> tuple[tuple[tuple[Any, str, str], ...], tuple[s
     return tuple(slots), tuple(names)
 
 
-__all__ = ["Callee", "describe"]
+__all__ = ["Callee", "describe", "innermost"]

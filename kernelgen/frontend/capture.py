@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernelgen.errors import KernelgenError, ShapePropagationError, TraceError, UnsupportedOpError
-from kernelgen.frontend.callables import Callee, describe
-from kernelgen.frontend.outputs import ARG, CONST, COPY, OUT, OutputPlan, plain
+from kernelgen.frontend.callables import Callee, describe, innermost
+from kernelgen.runtime.outputs import ARG, CONST, COPY, OUT, OutputPlan, plain
 from kernelgen.ir.graph import Graph, GraphBuilder, NodeRef, prune
 from kernelgen.ir.values import TensorSpec
 from kernelgen.lowering.lower import lower
@@ -147,9 +147,7 @@ def trace_pattern(fn: Callable[..., Any], specs: Sequence[TensorSpec]) -> Graph 
 
 
 def _module_of(fn: Any) -> Any:
-    from kernelgen.frontend.callables import _innermost
-
-    return sys.modules.get(getattr(_innermost(fn), "__module__", None) or "")
+    return sys.modules.get(getattr(innermost(fn), "__module__", None) or "")
 
 
 @functools.cache

@@ -31,7 +31,7 @@ class RegionKernel:
 
     def __init__(self, gm: Any, graph: Any, template: str, options: dict | None = None, counters: Any = None,
                  strides: tuple | None = None, orders: tuple | None = None, dynamic: Any = None) -> None:
-        from kernelgen.dispatch import CompiledFunction
+        from kernelgen.runtime.compiled import CompiledFunction
 
         self.gm = gm
         # The outputs' layouts in the traced graph: exact strides for a static-shape graph (default:

@@ -55,7 +55,7 @@ MOVE_OPS = frozenset({"cat", "pad", "gather"})
 ``(before, after)`` pair per dim (negative crops) and ``fill`` outside the window; ``gather(x, index)`` the rows
 ``x[index]`` (an integer tensor indexing dim 0, as ``embedding`` and ``x[index]``: shape index.shape +
 x.shape[1:]; ``wrap``: negative indices count from the end, as ``x[index]``, else they are out of range, as in
-``embedding``); an index out of range raises eager's ``IndexError`` before the kernel runs (``kernelgen.bounds``), and
+``embedding``); an index out of range raises eager's ``IndexError`` before the kernel runs (``kernelgen.runtime.bounds``), and
 the kernel itself clamps it to the nearest row, so it never reads out of bounds."""
 SCAN_OPS = frozenset({"cumsum", "cumprod"})
 """Inclusive scans along dim ``dim`` (same shape as their input, which is already in the node's dtype). Eager's
@@ -94,7 +94,7 @@ class Graph:
 
     nodes: tuple[Node, ...]
     outputs: tuple[int, ...]
-    # Shape-generic graphs (``kernelgen.frontend.dynamic``): every node dim 0 of this size is the run-time
+    # Shape-generic graphs (``kernelgen.runtime.dynamic``): every node dim 0 of this size is the run-time
     # batch size, passed to the kernel as an argument. 0: a static graph (and no key change for those).
     dynamic: int = 0
 

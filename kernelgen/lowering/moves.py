@@ -82,7 +82,7 @@ def _f_pad(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
 def _gather(b: Any, x: Any, index: Any, meta: Any, where: str, wrap: bool) -> int:
     """Rows ``x[index]``; ``wrap``: a negative index counts from the end (``x[index]``), else it is out of range
     (``F.embedding``). An index out of range raises eager's ``IndexError`` before the kernel runs
-    (``kernelgen.bounds``)."""
+    (``kernelgen.runtime.bounds``)."""
     if meta is None or not (is_node(x) and is_node(index)) or b.spec(int(x)).rank == 0:
         raise UnsupportedOpError(f"row gather of {x!r} by {index!r} at `{where}`")
     x, index = int(x), int(index)

@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from kernelgen.templates.indexing import input_view
+
 Check = tuple[int, int, bool]  # (kernel argument holding the index, rows of the source, negative indices wrap)
 
 
 def index_checks(graph: Any) -> tuple[Check, ...]:
     """The range checks the gathers of ``graph`` need (empty for a graph without gathers)."""
-    from kernelgen.templates.indexing import input_view
-
     checks = []
     for node in graph.nodes:
         if node.op != "gather":

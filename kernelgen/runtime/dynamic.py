@@ -29,6 +29,8 @@ from dataclasses import replace
 from typing import Any
 
 from kernelgen.errors import KernelgenError
+from kernelgen.ir.values import TensorSpec
+from kernelgen.runtime.signature import value_key
 
 SENTINELS = (37, 41, 43, 47, 53, 59, 61, 67, 71, 73, 79, 83, 89, 97)  # primes: rarely a static dim of a graph
 MAX_REPRESENTATIVES = 12  # buckets a manifest range tunes at most (spaced evenly over the range, in log2)
@@ -37,6 +39,13 @@ MAX_REPRESENTATIVES = 12  # buckets a manifest range tunes at most (spaced evenl
 def bucket(n: int) -> int:
     """The size bucket of ``n``: the smallest power of two >= ``n`` (0 and 1 are their own buckets)."""
     return n if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def neighbour_buckets(b: int) -> tuple[int, ...]:
+    """Size buckets (powers of two, ``bucket``) whose records serve bucket ``b``,
+    best first: ``b`` itself, then the bucket below and the one above (one step in log2 size, the
+    nearest in ``shape_distance``). A size with no record of its own runs the first tuned one."""
+    return (b, b // 2, b * 2) if b >= 4 else (b, b * 2)
 
 
 def representatives(lo: int, hi: int, limit: int = MAX_REPRESENTATIVES) -> list[int]:
@@ -102,8 +111,6 @@ def family_key(values: Sequence[Any], dims: Sequence[int]) -> tuple:
     This is the seam for callers that know the dynamic dims themselves (Dynamo's ``mark_dynamic`` or
     automatic dynamic shapes in the torch.compile backend): pass the argument indices whose dim 0 is
     dynamic."""
-    from kernelgen.frontend.signature import value_key
-
     dyn = set(dims)
     key: list[Any] = [tuple(dims)]
     for i, v in enumerate(values):
@@ -126,8 +133,6 @@ def sentinel_for(values: Sequence[Any]) -> int:
 def sized_specs(values: Sequence[Any], dims: Sequence[int], size: int) -> list[Any]:
     """The call values (tensors or ``TensorSpec``s) with each dynamic one replaced by its ``TensorSpec`` at
     batch size ``size``."""
-    from kernelgen.ir.values import TensorSpec
-
     out = list(values)
     for i in dims:
         spec = values[i] if isinstance(values[i], TensorSpec) else TensorSpec.of(values[i])
@@ -137,8 +142,6 @@ def sized_specs(values: Sequence[Any], dims: Sequence[int], size: int) -> list[A
 
 def substitute(graph: Any, old: int, new: int) -> Any:
     """``graph`` with every node's dim 0 of size ``old`` set to ``new`` (strides kept: dim 0 is outermost)."""
-    from kernelgen.ir.values import TensorSpec
-
     def spec_at(spec: TensorSpec) -> TensorSpec:
         if not spec.shape or spec.shape[0] != old:
             return spec
@@ -178,5 +181,5 @@ def _attr_ints(graph: Any) -> set[int]:
     return {v for n in graph.nodes for _, v in n.attrs if isinstance(v, int) and not isinstance(v, bool)}
 
 
-__all__ = ["bucket", "dynamic_dims", "eligible", "family_graph", "family_key", "parse", "representatives",
-           "sentinel_for", "sized_specs", "substitute"]
+__all__ = ["bucket", "dynamic_dims", "eligible", "family_graph", "family_key", "neighbour_buckets", "parse",
+           "representatives", "sentinel_for", "sized_specs", "substitute"]

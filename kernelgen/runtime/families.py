@@ -1,12 +1,12 @@
 """A shape family at run time: one traced graph, generic kernels, and an (implementation, config) per size bucket.
 
-``Family.create`` traces the function once at a sentinel batch size (``kernelgen.frontend.dynamic``) and
+``Family.create`` traces the function once at a sentinel batch size (``kernelgen.runtime.dynamic``) and
 keeps every implementation of it that serves any batch size with one built kernel (``shape_generic``: the
 generated templates that take the size as an argument, and ATen's GEMM with a generic epilogue, in
 ``implementations_for``'s order). ``Family.at(n)`` then serves batch size ``n`` with no trace: the
 (implementation, config) is the tuning database's record for the exact size, else the record of the size's
 bucket (looked up once per bucket); with ``tune="auto"`` a bucket with no record is tuned once, at the
-bucket's size, on the family's generic kernels (``kernelgen.tune.bucket``); else a neighbouring bucket's
+bucket's size, on the family's generic kernels (the tuner ``kernelgen.api`` installs); else a neighbouring bucket's
 record, else the first implementation's default. A kernel is built (and checked in a worker) once per
 distinct (implementation, config), never per size.
 """
@@ -19,8 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelgen.db.nearest import neighbour_buckets
-from kernelgen.frontend.dynamic import bucket, substitute
+from kernelgen.check.verdicts import build_checked, candidates_after
+from kernelgen.runtime.bounds import guarded, index_checks
+from kernelgen.runtime.bucket_member import BucketMember
+from kernelgen.runtime.dynamic import bucket, neighbour_buckets, substitute
+from kernelgen.runtime.implementations import implementations_for
 
 log = logging.getLogger("kernelgen")
 
@@ -62,8 +65,6 @@ class Family:
     def create(cls, cap: Any, sentinel: int, backend: Any, lookup: Any, tuner: Any = None) -> "Family | None":
         """The family of ``cap.graph`` (marked shape-generic), or None when no implementation serves every
         batch size of it with one kernel (the caller compiles per size)."""
-        from kernelgen.runtime.implementations import implementations_for
-
         target = backend.target()
         impls = tuple(i for i in implementations_for(cap.graph, backend.name) if i.shape_generic(target))
         if not impls:
@@ -142,17 +143,12 @@ class Family:
 
     def _bucket_default(self, impl: Any, b: int) -> Any:
         """``impl``'s default config for the bucket's size, when its generic kernel accepts it."""
-        from kernelgen.tune.bucket import BucketMember
-
         return BucketMember(impl, self.static_graph(b)).default_config(self.target)
 
     def launcher(self, impl: Any, config: Any, may_build: bool) -> tuple[Any, Any, Any] | None:
         """``(implementation, config, launcher)`` for ``config`` of ``impl``, built and checked once; when
         ``may_build`` is False or every candidate fails its check, the family's first built kernel (None when
         there is none yet). The candidates after the choice: each implementation's default, in rank order."""
-        from kernelgen.bounds import guarded, index_checks
-        from kernelgen.check.verdicts import build_checked, candidates_after
-
         with self.lock:
             key = (impl.name, config.key())
             built = self.kernels.get(key)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kernelgen.errors import InputMismatchError
+
 OUT, COPY, ARG, CONST = "out", "copy", "arg", "const"
 
 
@@ -69,8 +71,6 @@ def fill_out(result: Any, out: Any, name: str) -> Any:
     ``result``'s structure holding ``out``'s tensors: the ``out=`` contract for every result layout."""
     import torch
     from torch.utils._pytree import tree_flatten, tree_unflatten
-
-    from kernelgen.errors import InputMismatchError
 
     leaves, spec = tree_flatten(result)
     slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]

@@ -7,7 +7,7 @@ with the matmul replaced by an input, rendered by the pointwise template for the
 matmul is eager's own kernel and its result is stored in the graph's dtype before the epilogue reads it,
 the numerics are eager's: float16/bfloat16 products are rounded once, as eager rounds them.
 
-Shape families (``kernelgen.families``): on a shape-generic graph (``graph.dynamic`` set) the matmul reads
+Shape families (``kernelgen.runtime.families``): on a shape-generic graph (``graph.dynamic`` set) the matmul reads
 its sizes from the tensors it is given, the scratch buffer grows to the largest batch seen, and the epilogue
 is the pointwise template's generic kernel (the batch size ``n0`` an argument), so one built implementation
 serves every batch size with no compile (``shape_generic``).

@@ -1,9 +1,9 @@
 """Tuning a shape family at one size bucket: its generic kernels measured at the bucket's size, recorded
 under the static graph of that size.
 
-``kernelgen.compile(fn, tune="auto")`` tunes a shape family (``kernelgen.families``) once per size bucket,
+``kernelgen.compile(fn, tune="auto")`` tunes a shape family (``kernelgen.runtime.families``) once per size bucket,
 not per size. What runs at every size of a bucket is the family's generic kernel (the batch size a run-time
-argument), so that is what is measured: a ``BucketMember`` builds the generic implementation, while its
+argument), so that is what is measured: a ``BucketMember`` (``kernelgen.runtime.bucket_member``) builds the generic implementation, while its
 ``graph`` is the static graph at the bucket's size (``bucket(n)``, its representative), which draws the
 inputs, computes the eager reference and keys the records. The records are those ``kernelgen tune`` writes
 for a manifest size range (the plain workload key of the static graph, the implementation's own name and
@@ -21,71 +21,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kernelgen.frontend.dynamic import substitute
-from kernelgen.ir.implementation import Implementation, Launcher
+from kernelgen.backends import get_backend
+from kernelgen.errors import KernelgenError
+from kernelgen.frontend.capture import trace
 from kernelgen.ir.graph import Graph
-from kernelgen.ir.space import SearchSpace
-from kernelgen.ir.target import Target
-from kernelgen.ir.values import Config
-
-
-class BucketMember(Implementation):
-    """The generic implementation ``generic`` (its graph shape-generic) at one batch size: ``graph`` is the
-    static graph there. Same name and source hash as ``generic``, so its records are that implementation's;
-    the search space is the generic kernel's, with the default the template picks for this size."""
-
-    worker_factory = "kernelgen.tune.bucket:rebuild"  # the worker rebuilds it from ``worker_args``
-
-    def __init__(self, generic: Implementation, graph: Graph) -> None:
-        self.inner = generic
-        self.graph = graph
-        self.name = generic.name
-        self.backend = generic.backend
-        self.worker_args = {"family": generic.graph.to_json(), "implementation": generic.name}
-        self._spaces: dict[str, SearchSpace] = {}
-
-    def source_hash(self) -> str:
-        return self.inner.source_hash()
-
-    def space(self, target: Target) -> SearchSpace:
-        found = self._spaces.get(target.fingerprint)
-        if found is None:
-            space = self.inner.space(target)
-            default = self._sized_default(target, space)
-            found = space if default is None else SearchSpace(space.params, space.constraints, default)
-            self._spaces[target.fingerprint] = found
-        return found
-
-    def _sized_default(self, target: Target, space: SearchSpace) -> Config | None:
-        """The default of the same implementation of the static graph (templates size their defaults, e.g.
-        rows per task, by the problem), when the generic kernel accepts it."""
-        from kernelgen.runtime.implementations import implementations_for
-
-        try:
-            static = next((i for i in implementations_for(self.graph, self.backend) if i.name == self.name), None)
-            config = None if static is None else static.default_config(target)
-        except Exception:  # noqa: BLE001 - a default is only a preference
-            return None
-        return config if config is not None and space.is_valid(config) else None
-
-    def build(self, config: Config, target: Target) -> Launcher:
-        return self.inner.build(config, target)
-
-    def tolerance(self, dtype: str) -> tuple[float, float] | None:
-        return self.inner.tolerance(dtype)
-
-    def shape_generic(self, target: Target) -> bool:
-        return True
-
-    def __repr__(self) -> str:
-        return f"BucketMember({self.inner!r}, batch {self.graph.signature[0].shape[:1]})"
-
-
-def rebuild(graph: Graph, backend: str, family: dict[str, Any], implementation: str) -> BucketMember:
-    """The worker's factory: the member named ``implementation`` of the family graph ``family`` at ``graph``."""
-    from kernelgen.runtime.implementations import resolve
-
-    return BucketMember(resolve(Graph.from_json(family), implementation, backend), graph)
+from kernelgen.ir.implementation import Implementation
+from kernelgen.runtime.bucket_member import BucketMember
+from kernelgen.runtime.dynamic import eligible, family_graph, substitute
+from kernelgen.runtime.implementations import implementations_for
 
 
 def members(generic: Sequence[Implementation], graph: Graph) -> list[BucketMember]:
@@ -102,10 +45,6 @@ def range_family(fn: Any, specs: Sequence[Any], dims: Sequence[int]) -> Graph | 
     """The shape-generic graph of ``fn`` over the ``TensorSpec``s ``specs`` with dim 0 of the inputs ``dims``
     the run-time batch size (a manifest size range used as the batch), as ``kernelgen.compile`` builds a shape
     family; None when those dims cannot be a batch size (``eligible``) or the graph is not one family."""
-    from kernelgen.errors import KernelgenError
-    from kernelgen.frontend.dynamic import eligible, family_graph
-    from kernelgen.frontend.capture import trace
-
     specs = list(specs)
     sizes = {specs[i].shape[0] for i in dims}
     if not dims or len(sizes) != 1 or not all(eligible(specs[i]) for i in dims):
@@ -133,9 +72,6 @@ def range_implementations(family: Graph, graph: Graph, impls: Sequence[Implement
     ``impls`` that has a generic version in ``family`` becomes that one's ``BucketMember`` (the kernel dispatch
     runs at every size of the bucket); the others (custom calls, a template that bakes the size in) stay as
     they are. ``impls`` unchanged at a size the family does not serve (1)."""
-    from kernelgen.backends import get_backend
-    from kernelgen.runtime.implementations import implementations_for
-
     if batch_size(family, graph) is None:
         return list(impls)
     target = get_backend(backend).target()
@@ -147,11 +83,10 @@ def tune_bucket(generic: Sequence[Implementation], graph: Graph, *, backend: str
                 seconds: float | None, name: str | None = None) -> Any:
     """Tune the family's generic implementations at the static graph ``graph`` (a bucket's size) within the
     budget; every trial is committed under ``graph``'s workload key. The declared best record, or None."""
-    from kernelgen.tune.tuner import tune_graph
+    from kernelgen.tune import tuner  # deferred: the tuner imports Optuna; tests replace tuner.tune_graph
 
-    return tune_graph(graph, backend=backend, db=db, trials=trials, seconds=seconds, name=name,
+    return tuner.tune_graph(graph, backend=backend, db=db, trials=trials, seconds=seconds, name=name,
                       implementations=members(generic, graph)).best
 
 
-__all__ = ["BucketMember", "batch_size", "members", "range_family", "range_implementations", "rebuild",
-           "tune_bucket"]
+__all__ = ["batch_size", "members", "range_family", "range_implementations", "tune_bucket"]

@@ -222,8 +222,8 @@ def _signatures(entry: dict[str, Any], where: str) -> list[tuple[TensorSpec, ...
 
 def _size_bindings(table: Any, where: str) -> list[dict[str, int]]:
     """``sizes = {name = 64, rows = {min = 1, max = 65536}}`` as one {name: size} per problem size to tune:
-    a range gives its bucket representatives (``kernelgen.frontend.dynamic.representatives``)."""
-    from kernelgen.frontend.dynamic import representatives
+    a range gives its bucket representatives (``kernelgen.runtime.dynamic.representatives``)."""
+    from kernelgen.runtime.dynamic import representatives
 
     if table is None:
         return []

@@ -34,7 +34,7 @@ class TrialEvent:
 
     def line(self) -> str:
         """One plain progress line: implementation, phase, trial n/budget, config, status, time, best so far."""
-        from kernelgen.tune.report import fmt_time
+        from kernelgen.report import fmt_time
 
         m = self.record.measurement
         status = m.status.value + ("" if self.measured else " (recorded)")

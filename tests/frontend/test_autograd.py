@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from kernelgen.backends import get_backend
-from kernelgen.dispatch import compile
+from kernelgen.api import compile
 from kernelgen.errors import InputMismatchError
 
 pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")

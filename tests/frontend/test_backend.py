@@ -210,7 +210,7 @@ def test_a_region_whose_kernel_fails_runs_its_aten_nodes(monkeypatch):
     def broken(self, *inputs):
         raise KernelgenError("kernel unavailable")
 
-    monkeypatch.setattr("kernelgen.dispatch.CompiledFunction.__call__", broken)
+    monkeypatch.setattr("kernelgen.runtime.compiled.CompiledFunction.__call__", broken)
     x = torch.randn(4, 8)
     fn = lambda x: torch.exp(x) * 2  # noqa: E731
     with dynamo_backend.collect() as graphs:

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 import kernelgen
 from kernelgen.backends import get_backend
-from kernelgen.dispatch import compile
+from kernelgen.api import compile
 from kernelgen.errors import InputMismatchError, KernelgenError
 
 pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")

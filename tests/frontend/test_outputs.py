@@ -7,7 +7,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_structure
 
 from kernelgen.backends import get_backend
-from kernelgen.dispatch import compile
+from kernelgen.api import compile
 
 pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")
 

@@ -9,7 +9,7 @@ from tests.triton_env import DEVICE, needs_triton, torch  # TRITON_INTERPRET bef
 
 import torch.nn.functional as F  # noqa: E402
 
-from kernelgen.dispatch import compile  # noqa: E402
+from kernelgen.api import compile  # noqa: E402
 from kernelgen.errors import InputMismatchError  # noqa: E402
 
 pytestmark = needs_triton

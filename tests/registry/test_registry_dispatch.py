@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+
+import kernelgen
 from cc_helpers import BIAS_GELU_CPP, bias_gelu, launch
 
 from kernelgen.frontend.capture import trace
@@ -12,7 +14,6 @@ from kernelgen.custom_calls.candidates import candidates
 from kernelgen.registry import custom_call, register_custom_call
 
 tuner = pytest.importorskip("kernelgen.tune.tuner", reason="the tuner (kernelgen/tune/tuner.py) is not built yet")
-dispatch = pytest.importorskip("kernelgen.dispatch", reason="the dispatcher (kernelgen/dispatch.py) is not built yet")
 
 
 def _register(variant="", symbol="bias_gelu", repeat=1, replaces=bias_gelu, name="bg"):
@@ -62,7 +63,7 @@ def test_fastest_correct_custom_call_wins_dispatch(registry, db_url, checks_here
     assert any(r.measurement.ok for r in by_impl["custom:bg/cpp.slow"])
     assert result.best.implementation == "custom:bg/cpp"
 
-    compiled = dispatch.compile(bias_gelu, backend="cpp", db=db_url)
+    compiled = kernelgen.compile(bias_gelu, backend="cpp", db=db_url)
     torch.testing.assert_close(compiled(x, b), bias_gelu(x, b))
     assert compiled.explain(x, b)["implementation"] == "custom:bg/cpp"
 
@@ -79,7 +80,7 @@ def test_wrong_custom_call_is_never_dispatched(registry, db_url, caplog, checks_
     result = _tune(graph, [impl], db_url)
     assert result.best is None and result.trials and all(not r.measurement.ok for r in result.trials)
 
-    compiled = dispatch.compile(uses_bad, backend="cpp", db=db_url)
+    compiled = kernelgen.compile(uses_bad, backend="cpp", db=db_url)
     with caplog.at_level("WARNING"):
         y = compiled(x, b)
     torch.testing.assert_close(y, bias_gelu(x, b))  # eager: the reference, not the wrong kernel
@@ -141,7 +142,7 @@ def test_a_custom_call_that_won_a_size_still_runs_it_beside_a_shape_family(regis
             toolchain=FrozenMap({"compiler": "test"}),
             measurement=Measurement(Config(impl.default_config(target)), Status.OK, TimeStats(1e-6, 1e-6, 0.0, 5)),
             provenance=Provenance("host", "user", "test", 0.0)))
-    f = dispatch.compile(bias_gelu, backend="cpp", db=db_url, dynamic=True)
+    f = kernelgen.compile(bias_gelu, backend="cpp", db=db_url, dynamic=True)
     for n in (3, 64, 5):
         x = torch.randn(n, 256)
         torch.testing.assert_close(f(x, b), bias_gelu(x, b))

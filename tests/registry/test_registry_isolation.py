@@ -12,6 +12,8 @@ import textwrap
 
 import pytest
 import torch
+
+import kernelgen
 from cc_helpers import FAULTS, FAULTY_CPP, double, import_faulty_module
 
 from kernelgen.frontend.capture import trace
@@ -22,7 +24,6 @@ from kernelgen.check import verdicts as checked
 from kernelgen.check.measure import TimingPolicy
 from kernelgen.ir.values import Config, Measurement, Status, TimeStats
 
-dispatch = pytest.importorskip("kernelgen.dispatch")
 tuner = pytest.importorskip("kernelgen.tune.tuner")
 
 CHECK_TIMEOUT = 4.0
@@ -46,7 +47,7 @@ def test_faulty_call_in_dispatch_leaves_the_caller_alive_and_eager(registry, tmp
                                                                    caplog, fault):
     # Before isolation, segv / aborts / exits killed this test process and loops hung it.
     import_faulty_module(tmp_path, monkeypatch, [(f"f_{fault}", fault, "")])
-    compiled = dispatch.compile(_calls_one(f"f_{fault}"), backend="cpp", db=f"sqlite:///{tmp_path / 'db.sqlite'}")
+    compiled = kernelgen.compile(_calls_one(f"f_{fault}"), backend="cpp", db=f"sqlite:///{tmp_path / 'db.sqlite'}")
     x = torch.randn(4, 8)
     with caplog.at_level("WARNING", logger="kernelgen"):
         y = compiled(x)
@@ -75,7 +76,7 @@ def test_a_database_verdict_for_a_crashing_call_is_not_dispatched(registry, tmp_
         db.close()
     assert result.best is not None and result.best.implementation == "custom:dbc/cpp.bad"
 
-    compiled = dispatch.compile(fn, backend="cpp", db=url)
+    compiled = kernelgen.compile(fn, backend="cpp", db=url)
     torch.testing.assert_close(compiled(x), double(x))
     assert compiled.explain(x)["implementation"] == "custom:dbc/cpp.good"
 

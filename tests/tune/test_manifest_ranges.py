@@ -9,7 +9,7 @@ import pytest
 
 from kernelgen.cli import main
 from kernelgen.errors import KernelgenError
-from kernelgen.frontend.dynamic import bucket
+from kernelgen.runtime.dynamic import bucket
 from kernelgen.tune.manifest import load_manifest
 
 OPS = '''

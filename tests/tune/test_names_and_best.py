@@ -16,7 +16,7 @@ import kernelgen
 from kernelgen.cli import main
 from kernelgen.db import open_db
 from kernelgen.runtime.implementations import implementations_for
-from kernelgen.tune.report import render_report, summarise
+from kernelgen.report import render_report, summarise
 from kernelgen.tune.confirm import TIE_TOLERANCE
 from kernelgen.tune.search import ATTR_BEST
 from kernelgen.tune.tuner import study_name, tune_graph

@@ -12,7 +12,7 @@ import torch
 
 from kernelgen.backends import get_backend
 from kernelgen.cli import main
-from kernelgen.dispatch import compile
+from kernelgen.api import compile
 
 pytestmark = [pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++"),
               pytest.mark.timeout(300)]

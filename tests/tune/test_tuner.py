@@ -166,7 +166,7 @@ def test_implementations_are_compared_side_by_side_and_dispatch_agrees(db) -> No
     assert db.best(graph.workload_key, result.target.fingerprint) == result.best
     declared = [r for r in result.trials if r.evidence is Evidence.DECLARED]
     assert len(declared) == 1
-    from kernelgen.tune.report import summarise
+    from kernelgen.report import summarise
 
     assert summarise(result.trials)[0].best == result.best  # the HTML report names the same winner
     again = CountingMeasurer()
