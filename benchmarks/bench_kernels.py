@@ -21,8 +21,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from kernelgen.backends.cpp import build_shared_library, default_threads
 from kernelgen.api import compile as kg_compile
+from kernelgen.backends.cpp import build_shared_library, default_threads
 from kernelgen.backends.timing import Stopwatch, interleaved
 
 R, N = 8192, 4096

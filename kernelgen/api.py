@@ -45,7 +45,7 @@ def compile(fn: Callable[..., Any], backend: str = "auto", *, tune: bool | str =
 
     ``dynamic``: which batch dims vary at run time, so one generic kernel serves every size (no compile at
     a new size): None (default) makes dim 0 dynamic once a second size is seen, True from the first call,
-    False never, ``{"x": [0]}`` for named arguments (see ``kernelgen.frontend.dynamic``). ``max_variants``
+    False never, ``{"x": [0]}`` for named arguments (see ``kernelgen.runtime.dynamic``). ``max_variants``
     caps the shape variants compiled (default ``KERNELGEN_MAX_VARIANTS`` or 8): static kernels and each kernel
     a shape family builds (one per distinct bucket choice); past it, new shapes run eagerly and a family's
     new buckets run a kernel it has, with a warning logged once.

@@ -10,12 +10,12 @@ import torch
 import torch.nn.functional as F
 
 import kernelgen
-from kernelgen.backends import get_backend
 from kernelgen.api import compile
+from kernelgen.backends import get_backend
 from kernelgen.errors import InputMismatchError
-from kernelgen.runtime.implementations import implementations_for
 from kernelgen.ir.target import Target
 from kernelgen.ir.values import Config, FrozenMap, Measurement, Provenance, Status, TimeStats, TuningRecord
+from kernelgen.runtime.implementations import implementations_for
 
 pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")
 

@@ -10,13 +10,13 @@ import torch
 import torch.nn.functional as F
 
 import kernelgen
+from kernelgen.api import compile
 from kernelgen.backends import cpp as cpp_backend
 from kernelgen.backends import get_backend
-from kernelgen.api import compile
 from kernelgen.errors import KernelgenError
+from kernelgen.ir.values import Config, FrozenMap, Measurement, Provenance, Status, TimeStats, TuningRecord
 from kernelgen.runtime import dynamic as dyn
 from kernelgen.runtime.implementations import implementations_for
-from kernelgen.ir.values import Config, FrozenMap, Measurement, Provenance, Status, TimeStats, TuningRecord
 
 pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")
 

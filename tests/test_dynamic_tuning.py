@@ -11,10 +11,10 @@ import torch
 
 import kernelgen
 import kernelgen.tune.tuner as tuner_module
-from kernelgen.backends import get_backend
 from kernelgen.api import compile
-from kernelgen.runtime.implementations import implementations_for
+from kernelgen.backends import get_backend
 from kernelgen.runtime.bucket_member import BucketMember
+from kernelgen.runtime.implementations import implementations_for
 from tests.test_dynamic import _record, compiles  # noqa: F401 - compiles is a fixture
 
 pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 import kernelgen
-from kernelgen.backends import get_backend
 from kernelgen.api import compile
+from kernelgen.backends import get_backend
 from kernelgen.runtime.dynamic import bucket
 from kernelgen.runtime.implementations import implementations_for
 from tests.test_dynamic import _record, compiles  # noqa: F401 - compiles is a fixture

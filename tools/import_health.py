@@ -8,7 +8,8 @@ Reads the source with ``ast`` (nothing is imported), so it runs on any checkout,
   and function-local alike, since a deferred import still runs); an edge ``from a import b`` goes to module
   ``a.b`` when that is a module, else to ``a``. Imports under ``if TYPE_CHECKING:`` never run and are left out.
 - local imports: imports of the package's own modules inside a function body (a deferred optional dependency
-  such as torch is not counted; only the package's own).
+  such as torch is not counted; only the package's own); "uncommented" ones have no comment saying why they
+  are deferred (on the import, or heading the group of imports it is in).
 - private imports: statements ``from m import _name, ...`` where ``m`` is another module of the package and ``_name`` is not a
   module (importing a private *module* such as ``templates._gemm_cpp_kernels`` from its own package is fine).
 
@@ -32,6 +33,7 @@ class Health:
     modules: int
     cycles: list[list[str]] = field(default_factory=list)
     local_imports: list[tuple[str, str]] = field(default_factory=list)
+    uncommented_local_imports: list[tuple[str, str]] = field(default_factory=list)
     private_imports: list[tuple[str, str]] = field(default_factory=list)
 
     @property
@@ -40,7 +42,9 @@ class Health:
 
     def as_dict(self) -> dict[str, int]:
         return {"modules": self.modules, "modules_in_cycles": self.modules_in_cycles, "cycles": len(self.cycles),
-                "function_local_imports": len(self.local_imports), "private_imports": len(self.private_imports)}
+                "function_local_imports": len(self.local_imports),
+                "uncommented_local_imports": len(self.uncommented_local_imports),
+                "private_imports": len(self.private_imports)}
 
 
 def module_names(root: Path, package: str) -> dict[str, Path]:
@@ -89,7 +93,9 @@ def scan(root: Path, package: str) -> Health:
     health = Health(modules=len(modules))
     for module, path in modules.items():
         is_package = path.name == "__init__.py"
-        tree = ast.parse(path.read_text(), str(path))
+        source = path.read_text()
+        lines = source.splitlines()
+        tree = ast.parse(source, str(path))
         for node, in_function in _imports(tree):
             targets: list[str] = []
             if isinstance(node, ast.Import):
@@ -115,11 +121,24 @@ def scan(root: Path, package: str) -> Health:
             edges[module].update(targets)
             if in_function:
                 health.local_imports.append((module, ast.unparse(node)))
+                if not _commented(lines, node):
+                    health.uncommented_local_imports.append((module, ast.unparse(node)))
         for used in sorted(_private_attributes(tree, module, is_package, modules)):
             health.private_imports.append((module, used))
     health.cycles = [sorted(c) for c in _strongly_connected(edges) if len(c) > 1]
     health.cycles.sort(key=len, reverse=True)
     return health
+
+
+def _commented(lines: list[str], node: ast.stmt) -> bool:
+    """Whether an import says why it is deferred: a comment on its own lines, or on the lines just above it
+    (a comment heading a group of deferred imports covers the group)."""
+    if any("#" in lines[i] for i in range(node.lineno - 1, node.end_lineno)):
+        return True
+    i = node.lineno - 2
+    while i >= 0 and lines[i].strip().startswith(("from ", "import ")):
+        i -= 1
+    return i >= 0 and lines[i].strip().startswith("#")
 
 
 def _private_attributes(tree: ast.Module, module: str, is_package: bool, modules: dict[str, Path]) -> set[str]:
@@ -207,13 +226,15 @@ def main() -> int:
         return 0
     figures = health.as_dict()
     print(f"{figures['modules']} modules; {figures['modules_in_cycles']} in {figures['cycles']} import cycle(s); "
-          f"{figures['function_local_imports']} function-local {args.package} imports; "
+          f"{figures['function_local_imports']} function-local {args.package} imports "
+          f"({figures['uncommented_local_imports']} without a comment); "
           f"{figures['private_imports']} private cross-module imports")
     if args.list:
         for cycle in health.cycles:
             print(f"cycle ({len(cycle)}): {' '.join(cycle)}")
+        uncommented = set(health.uncommented_local_imports)
         for module, text in health.local_imports:
-            print(f"local   {module}: {text}")
+            print(f"local{'!' if (module, text) in uncommented else ' '}  {module}: {text}")
         for module, text in health.private_imports:
             print(f"private {module}: {text}")
     return 0

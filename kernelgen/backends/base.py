@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
+from kernelgen.backends.timing import Stopwatch, repeat
 from kernelgen.ir.target import Target
 from kernelgen.ir.values import Source, TimeStats
 
@@ -74,8 +75,6 @@ class Backend(ABC):
 
     def stopwatch(self) -> Any:
         """The clock of ``kernelgen.backends.timing``: wall time around ``synchronize`` (GPU backends: events)."""
-        from kernelgen.backends.timing import Stopwatch
-
         return Stopwatch(self.synchronize)
 
     def cold_cache(self) -> Callable[[], None] | None:
@@ -86,8 +85,6 @@ class Backend(ABC):
                   min_repeats: int = 5, max_repeats: int = 200, before: Callable[[], None] | None = None) -> TimeStats:
         """Time ``fn`` with the one timing loop (``kernelgen.backends.timing.repeat``) on this backend's clock;
         ``before`` runs untimed before every run (after the backend's own ``cold_cache`` step)."""
-        from kernelgen.backends.timing import repeat
-
         return repeat(fn, self.stopwatch(), min_time=min_time, warmup=warmup, min_repeats=min_repeats,
                       max_repeats=max_repeats, before=_chain(self.cold_cache(), before))
 

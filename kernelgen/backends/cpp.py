@@ -36,9 +36,9 @@ from typing import Any
 
 from kernelgen.backends.base import Backend, Kernel
 from kernelgen.errors import CompileError, InputMismatchError, ToolchainUnavailableError
-from kernelgen.paths import atomic_write_text, cache_dir
 from kernelgen.ir.target import Target, host_compiler_version
 from kernelgen.ir.values import Source, TensorSpec
+from kernelgen.paths import atomic_write_text, cache_dir
 
 log = logging.getLogger(__name__)
 _CACHE_VERSION = "2"  # bump when the compile or link recipe changes

@@ -31,9 +31,9 @@ from typing import Any
 from kernelgen.backends.base import Backend, Kernel
 from kernelgen.backends.cpp import specialise
 from kernelgen.errors import CompileError, InputMismatchError, ToolchainUnavailableError
-from kernelgen.paths import atomic_write_text, cache_dir
 from kernelgen.ir.target import Target
 from kernelgen.ir.values import Source, TensorSpec
+from kernelgen.paths import atomic_write_text, cache_dir
 
 _TRUE = ("1", "true", "yes", "on")
 _CACHE_VERSION = "1"  # bump when write_module's layout or the launch convention changes

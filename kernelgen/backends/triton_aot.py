@@ -26,17 +26,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernelgen.backends.triton import compile_options, interpreter_requested, launch_meta, load_entry, write_module
 from kernelgen.errors import CompileError, ToolchainUnavailableError, UnsupportedOpError
-from kernelgen.paths import atomic_write_text, cache_dir
 from kernelgen.ir.space import Constraint, Param, SearchSpace
-from kernelgen.ir.target import Target
+from kernelgen.ir.target import Target, library_versions
 from kernelgen.ir.values import Config, Source, content_hash
+from kernelgen.paths import atomic_write_text, cache_dir
 
 _VERSION = "4"  # bump when the report's recipe changes
 _DEFAULT_LIMITS = {"warp_size": 32, "max_threads": 1024, "shared_memory": 49152, "registers": 65536}
 JOB_TIMEOUT = 60  # seconds per kernel in the compiler subprocess; a compile that hangs counts as failing
 _TIMED_OUT = "ahead-of-time compile timed out:"
 _MAX_REGS = {"cuda": 255, "hip": 512}  # per thread: CUDA registers, AMD VGPRs (arch + accumulation)
+POINTER_TYPE = {  # Triton signature strings of tensor arguments, by kernelgen dtype
+    "float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32", "float64": "*fp64", "int8": "*i8",
+    "uint8": "*u8", "int16": "*i16", "int32": "*i32", "int64": "*i64", "bool": "*i1",
+}
 
 
 def gpu_limits(target: Target) -> dict[str, int]:
@@ -103,8 +108,6 @@ def gpu_target_spec(target: Target) -> dict[str, Any]:
 
 
 def _job(source: Source) -> dict[str, Any]:
-    from kernelgen.backends.triton import launch_meta, write_module
-
     specs, _, constexprs, num_warps, num_stages = launch_meta(source)
     return {"path": str(write_module(source)), "entry": source.entry, "constexprs": constexprs,
             "dtypes": [s.dtype for s in specs or ()], "num_warps": num_warps, "num_stages": num_stages}
@@ -115,8 +118,6 @@ _memo_lock = threading.Lock()
 
 
 def _cache_key(source: Source, target: Target) -> str:
-    from kernelgen.ir.target import library_versions
-
     return content_hash([_VERSION, source.hash, gpu_target_spec(target), library_versions().get("triton")], 32)
 
 
@@ -202,8 +203,6 @@ def _run_jobs(jobs: list[dict[str, Any]], spec: dict[str, Any]) -> list[dict[str
 
 def _compiles_here() -> bool:
     """False when this process runs (or will run) Triton's interpreter, which cannot compile."""
-    from kernelgen.backends.triton import interpreter_requested
-
     if interpreter_requested():
         return False
     if "triton" not in sys.modules:
@@ -219,9 +218,6 @@ def compile_job(job: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any] | s
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     from triton.runtime.jit import JITFunction
-
-    from kernelgen.backends.triton import compile_options, load_entry
-    from kernelgen.codegen.triton_expr import POINTER_TYPE
 
     path = Path(job["path"])
     fn = load_entry(path, job["entry"])

@@ -11,8 +11,9 @@ import sys
 
 import typer
 
-from kernelgen.version import __version__
+from kernelgen import logs
 from kernelgen.errors import KernelgenError
+from kernelgen.version import __version__
 
 app = typer.Typer(
     name="kernelgen",
@@ -41,8 +42,6 @@ def _root(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Log errors only (no warnings, no trial lines)."),
 ) -> None:
     """kernelgen: tiled kernels from PyTorch functions, tuned per device."""
-    from kernelgen import logs
-
     logs.configure_cli(verbose, quiet)
 
 

@@ -11,6 +11,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from kernelgen.ir.values import Status
+from kernelgen.paths import default_db_url
+
 DbOption = typer.Option(None, "--db", metavar="URL",
                         help="Tuning database URL (default: $KERNELGEN_DB or the per-user SQLite file).")
 TeamOption = typer.Option(None, "--team-db", metavar="URL",
@@ -24,13 +27,13 @@ WorkloadOption = typer.Option(
 
 
 def _open(db: Optional[str], team_db: Optional[str] = None):
-    from kernelgen.db import open_db
+    from kernelgen.db import open_db  # deferred: SQLAlchemy, which only database commands need
 
     return open_db(db, team_url=team_db)
 
 
 def _open_local(db: Optional[str]):
-    from kernelgen.db import TuningDB
+    from kernelgen.db import TuningDB  # deferred: SQLAlchemy, which only database commands need
 
     return TuningDB(db)  # writes never involve the team layer
 
@@ -75,8 +78,7 @@ def register(app: typer.Typer) -> None:
         team_db: Optional[str] = TeamOption,
     ) -> None:
         """List records: name, workload key, implementation, target, status, median time, config."""
-        from kernelgen.db.verdict import verdicts
-        from kernelgen.ir.values import Status
+        from kernelgen.db.verdict import verdicts  # deferred: SQLAlchemy (kernelgen.db), as above
 
         if status is not None and status not in {s.value for s in Status}:
             raise typer.BadParameter(f"{status!r} is not one of {[s.value for s in Status]}", param_hint="--status")
@@ -176,9 +178,9 @@ def register(app: typer.Typer) -> None:
     @group.command()
     def upgrade(db: Optional[str] = DbOption) -> None:
         """Migrate the database to this kernelgen's schema (creates it when empty; refuses newer schemas)."""
+        # deferred: SQLAlchemy, which only database commands need
         from kernelgen.db import upgrade_db
         from kernelgen.db.engine import parse_url, shown
-        from kernelgen.paths import default_db_url
 
         before, after = upgrade_db(db)
         where = shown(parse_url(db or default_db_url()))

@@ -8,13 +8,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from kernelgen.backends import backend_names, get_backend
+
 
 def register(app: typer.Typer) -> None:
     @app.command()
     def devices(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
         """Show this machine's targets: CPU (C++ backend) and GPU (Triton), with fingerprint and family."""
-        from kernelgen.backends import backend_names, get_backend
-
         rows = []
         for name in backend_names():
             backend = get_backend(name)

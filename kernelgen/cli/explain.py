@@ -19,7 +19,9 @@ import typer
 from rich.console import Console
 from rich.syntax import Syntax
 
+from kernelgen.api import CompiledFunction
 from kernelgen.errors import KernelgenError, ManifestError
+from kernelgen.tune.manifest import load_manifest, workload_from_table
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -46,8 +48,6 @@ def parse_input(text: str) -> dict[str, Any]:
 
 
 def _workloads(target: str, workload: str | None, inputs: list[str], backend: str | None) -> list[Any]:
-    from kernelgen.tune.manifest import load_manifest, workload_from_table
-
     if Path(target).is_file() or target.endswith(".toml"):
         if inputs:
             raise ManifestError(f"--input describes a function's inputs; {target} is a manifest that has them")
@@ -77,8 +77,6 @@ def _example(spec: Any) -> Any:
 
 def explain_workloads(workloads: list[Any], db: str | None, team_db: str | None) -> list[dict[str, Any]]:
     """``CompiledFunction.explain`` of every problem size of ``workloads``, with name and inputs."""
-    from kernelgen.runtime.compiled import CompiledFunction
-
     rows = []
     for w in workloads:
         compiled = CompiledFunction(w.fn, w.backend, db=db, team_db=team_db)

@@ -9,12 +9,15 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from kernelgen.custom_calls.base import gpu_platform
+from kernelgen.custom_calls.verify import check_entry, describe
+from kernelgen.errors import RegistryError
+from kernelgen.registry import entries
+
 
 def _interpret_triton_without_gpu() -> None:
     """Without a GPU, run Triton kernels under the interpreter (set before anything imports triton)."""
     import os
-
-    from kernelgen.custom_calls.base import gpu_platform
 
     if gpu_platform() is None:
         os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -29,9 +32,6 @@ def register(app: typer.Typer) -> None:
     def list_(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
         """Every registered call: language, platforms, params and status here (runnable / compile-only /
         unavailable, with the reason), and the outcome of its last check."""
-        from kernelgen.custom_calls.verify import describe
-        from kernelgen.registry import entries
-
         _interpret_triton_without_gpu()
 
         rows = [describe(entry) for entry in entries()]
@@ -59,10 +59,6 @@ def register(app: typer.Typer) -> None:
         """Compile every call whose toolchain is here and run every call whose platform is here against its
         reference on its examples (Triton under its interpreter when there is no GPU), each in a worker
         process: a kernel that crashes or hangs fails its check. Exits 1 if any fails."""
-        from kernelgen.custom_calls.verify import check_entry
-        from kernelgen.errors import RegistryError
-        from kernelgen.registry import entries
-
         if not timeout > 0:
             raise RegistryError(f"--timeout {timeout} is impossible: give a positive number of seconds")
         _interpret_triton_without_gpu()

@@ -20,6 +20,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the evaluations as JSON."),
     ) -> None:
         """Replay a search over LANDSCAPE: each evaluation answers with the recorded time or failure."""
+        # deferred: the search imports Optuna (~1 s), which only this command needs
         from kernelgen.tune.landscape import load_landscape, replay as run_replay
         from kernelgen.tune.search import SAMPLERS
 

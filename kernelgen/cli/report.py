@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import typer
 
+from kernelgen.errors import KernelgenError
+
 
 def register(app: typer.Typer) -> None:
     @app.command()
@@ -13,8 +15,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Write an offline HTML report: per workload, every trial and the best so far, the ★ dispatch runs, the
         parameters' effect, the finalists beside eager and torch.compile, failures, device and toolchain."""
+        # deferred: SQLAlchemy (the database) and plotly (the figures), which only this command needs
         from kernelgen.db import open_db
-        from kernelgen.errors import KernelgenError
         from kernelgen.report import write_report
 
         with open_db(db, read_only=True) as database:

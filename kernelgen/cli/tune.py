@@ -14,7 +14,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kernelgen.report import fmt_time
+from kernelgen import logs
+from kernelgen.errors import KernelgenError
+from kernelgen.report.units import fmt_time
+from kernelgen.tune.manifest import load_manifest
+from kernelgen.tune.preflight import check_budget
 
 
 def fmt_ratio(value: float | None) -> str:
@@ -47,10 +51,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of tables."),
     ) -> None:
         """Tune the workloads of MANIFEST on this machine and record every trial in the tuning database."""
-        from kernelgen.errors import KernelgenError
-        from kernelgen.tune.manifest import load_manifest
-        from kernelgen.tune.search import SAMPLERS
-        from kernelgen.tune.tuner import check_budget
+        from kernelgen.tune.search import SAMPLERS  # deferred: Optuna (~1 s), which only tuning needs
 
         check_budget(trials, seconds, patience, workers)
         if timeout is not None and timeout <= 0:
@@ -59,9 +60,7 @@ def register(app: typer.Typer) -> None:
             raise KernelgenError(f"unknown sampler {sampler!r}; choose one of {', '.join(SAMPLERS)}")
         workloads = load_manifest(manifest)  # every manifest error surfaces here, before the DB is opened
 
-        from kernelgen.db import open_db
-
-        from kernelgen import logs
+        from kernelgen.db import open_db  # deferred: SQLAlchemy, which only tuning needs
 
         database = open_db(db, team_url=team_db)
         out = Console()
@@ -93,8 +92,7 @@ def _progress(quiet: bool) -> Progress:
 
 
 def _tune_one(workload: Any, db: Any, progress: Progress, options: dict[str, Any]) -> dict[str, Any]:
-    from kernelgen.errors import KernelgenError
-    from kernelgen.tune.tuner import DEFAULT_TRIALS, TrialEvent, tune_workload
+    from kernelgen.tune.tuner import DEFAULT_TRIALS, TrialEvent, tune_workload  # deferred: Optuna (~1 s)
 
     budget = options["trials"] or workload.trials or (None if (options["seconds"] or workload.seconds) else DEFAULT_TRIALS)
     tasks: dict[str, Any] = {}

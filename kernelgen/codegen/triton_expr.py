@@ -10,9 +10,10 @@ eagerly; ``REFUSED`` names the ops the Triton renderer always leaves to eager.
 from __future__ import annotations
 
 from kernelgen.codegen.triton_renderer import OPS, REFUSED, ExprEmitter, TritonRenderer
-from kernelgen.codegen.triton_types import (HEADER, POINTER_TYPE, TL_DTYPE, bf16_round, compute_dtype, const_literal,
+from kernelgen.codegen.triton_types import (HEADER, TL_DTYPE, bf16_round, compute_dtype, const_literal,
                                             is_float, tanh, to_compute, to_storage)
 from kernelgen.ir.graph import Graph
+from kernelgen.ir.values import TensorSpec
 
 
 
@@ -26,8 +27,6 @@ def kernel_params(graph: Graph) -> list[str]:
 def signature_json(graph: Graph) -> str:
     """Source.meta["signature"]: the inputs' specs then the (contiguous) outputs' specs."""
     import json
-
-    from kernelgen.ir.values import TensorSpec
 
     specs = list(graph.signature) + [TensorSpec(s.shape, s.dtype) for s in graph.output_specs]
     return json.dumps([s.to_json() for s in specs])
@@ -70,6 +69,6 @@ def pow2_at_least(n: int) -> int:
     return p
 
 
-__all__ = ["HEADER", "OPS", "REFUSED", "ExprEmitter", "POINTER_TYPE", "TL_DTYPE", "TritonRenderer", "bf16_round",
+__all__ = ["HEADER", "OPS", "REFUSED", "ExprEmitter", "TL_DTYPE", "TritonRenderer", "bf16_round",
            "compute_dtype", "const_literal", "is_float", "kernel_params", "offset_expr", "pow2_at_least",
            "signature_json", "tanh", "tile_offset", "to_compute", "to_storage"]

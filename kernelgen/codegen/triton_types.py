@@ -34,10 +34,6 @@ TL_DTYPE = {
     "int8": "tl.int8", "uint8": "tl.uint8", "int16": "tl.int16", "int32": "tl.int32", "int64": "tl.int64",
     "bool": "tl.int1",
 }
-POINTER_TYPE = {  # Triton signature strings, for ahead-of-time compiles
-    "float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32", "float64": "*fp64", "int8": "*i8",
-    "uint8": "*u8", "int16": "*i16", "int32": "*i32", "int64": "*i64", "bool": "*i1",
-}
 _FLOATS = ("float16", "bfloat16", "float32", "float64")
 
 
@@ -161,5 +157,5 @@ INT_BITS = {"int8": 8, "uint8": 8, "int16": 16, "int32": 32, "int64": 64}
 NARROW = ("float16", "bfloat16")
 INF, NINF, NAN = 'float("inf")', 'float("-inf")', 'float("nan")'
 
-__all__ = ["HEADER", "INF", "INT_BITS", "NAN", "NARROW", "NINF", "POINTER_TYPE", "TL_DTYPE", "and_", "bf16_round", "div_expr", "fmod_expr", "sqrt_expr",
+__all__ = ["HEADER", "INF", "INT_BITS", "NAN", "NARROW", "NINF", "TL_DTYPE", "and_", "bf16_round", "div_expr", "fmod_expr", "sqrt_expr",
            "compute_dtype", "const_literal", "is_float", "or_", "scalar", "tanh", "to_compute", "to_storage"]

@@ -10,6 +10,7 @@ import functools
 import importlib
 
 from kernelgen.custom_calls.base import Language
+from kernelgen.errors import RegistryError
 
 _LANGUAGES = ("cpp", "cuda", "hip", "sycl", "triton")
 
@@ -20,8 +21,6 @@ def language_names() -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=None)
 def get_language(name: str) -> Language:
-    from kernelgen.errors import RegistryError
-
     if name not in _LANGUAGES:
         raise RegistryError(f"unknown custom-call language {name!r}; known: {', '.join(_LANGUAGES)}")
     return importlib.import_module(f"kernelgen.custom_calls.{name}").LANGUAGE

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -20,12 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from kernelgen.backends.cpp import default_threads
 from kernelgen.errors import CompileError, KernelgenError, ToolchainUnavailableError
+from kernelgen.ir.values import Config
 from kernelgen.paths import atomic_write_text, cache_dir
 
 if TYPE_CHECKING:
     from kernelgen.custom_calls.entry import CustomCall
-    from kernelgen.ir.values import Config
 
 RUNNABLE, COMPILE_ONLY, UNAVAILABLE = "runnable", "compile-only", "unavailable"
 
@@ -132,8 +134,6 @@ class NativeKernel:
             raise CompileError(f"{library} has no symbol {symbol!r}; declare it extern \"C\"") from None
         self._fn.restype = ctypes.c_int if status else None
         self._status = status
-        from kernelgen.backends.cpp import default_threads
-
         self.num_threads = default_threads()
 
     @staticmethod
@@ -214,7 +214,14 @@ def cached_build(kind: str, tool: str, text: str, suffix: str, product: str,
     return out
 
 
-def defines(entry: "CustomCall", config: "Config") -> tuple[str, ...]:
+def first_config(entry: "CustomCall") -> Config:
+    """The first config of an entry's params, in declaration order (what a compile-only check builds)."""
+    for values in itertools.product(*(p.choices for p in entry.params)):
+        return Config(dict(zip((p.name for p in entry.params), values)))
+    return Config({})
+
+
+def defines(entry: "CustomCall", config: Config) -> tuple[str, ...]:
     """``-DNAME=value`` for the params an entry compiles in (its ``defines``)."""
     flags = []
     for name in entry.defines:

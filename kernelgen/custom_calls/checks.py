@@ -15,8 +15,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from kernelgen.paths import atomic_write_text, cache_dir
 from kernelgen.ir.values import Config, TensorSpec
+from kernelgen.paths import atomic_write_text, cache_dir
 
 log = logging.getLogger(__name__)
 

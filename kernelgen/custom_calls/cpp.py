@@ -7,7 +7,8 @@ import shutil
 import threading
 from typing import Any
 
-from kernelgen.custom_calls.base import Language, NativeKernel, defines
+from kernelgen.backends.cpp import build_shared_library, compiler
+from kernelgen.custom_calls.base import Language, NativeKernel, defines, first_config
 from kernelgen.ir.values import Config
 
 
@@ -23,8 +24,6 @@ class CppLanguage(Language):
     def toolchain(self, entry: Any) -> tuple[bool, str]:
         if entry.library is not None:
             return True, ""
-        from kernelgen.backends.cpp import compiler
-
         if shutil.which(compiler()) is None:
             return False, f"C++ compiler {compiler()!r} not found: apt-get install g++ (or set CXX)"
         return True, ""
@@ -42,8 +41,6 @@ class CppLanguage(Language):
         if entry.library is not None:
             library = entry.library
         else:
-            from kernelgen.backends.cpp import build_shared_library
-
             library = build_shared_library(entry.text(), flags, name=entry.name)
         kernel = NativeKernel(library, entry.symbol)
         with self._lock:
@@ -51,16 +48,8 @@ class CppLanguage(Language):
         return kernel
 
     def compile_check(self, entry: Any) -> str:
-        self.load(entry, _first_config(entry))
+        self.load(entry, first_config(entry))
         return "compiled with the host compiler"
-
-
-def _first_config(entry: Any) -> Config:
-    import itertools
-
-    for values in itertools.product(*(p.choices for p in entry.params)):
-        return Config(dict(zip((p.name for p in entry.params), values)))
-    return Config({})
 
 
 LANGUAGE = CppLanguage()

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernelgen.custom_calls import get_language, language_names
 from kernelgen.errors import RegistryError
 from kernelgen.ir.space import Constraint, Param, SearchSpace
-from kernelgen.ir.values import Config, TensorSpec, content_hash
+from kernelgen.ir.values import Config, SUPPORTED_DTYPES, TensorSpec, content_hash
 
 _SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx", ".c", ".cu", ".hip", ".cl", ".py")
 _RESERVED = ("specs", "target")  # constraint arguments that are not params
@@ -239,8 +240,6 @@ def make_entry(launcher: Callable[..., None], *, module: str | None = None, modu
                default: Mapping[str, Any] | None, tolerance: float | None, options: Sequence[str],
                defines: Sequence[str] | bool) -> CustomCall:
     """Validate one registration and return its entry; raises ``RegistryError`` naming the problem."""
-    from kernelgen.custom_calls import get_language, language_names
-
     where = f"custom call {name!r} ({language})"
     if not isinstance(name, str) or not name or any(c in name for c in "/: "):
         raise RegistryError(f"custom call name {name!r} must be a non-empty string without '/', ':' or spaces")
@@ -310,8 +309,6 @@ def make_entry(launcher: Callable[..., None], *, module: str | None = None, modu
     if unknown:
         raise RegistryError(f"{where}: defines {unknown} are not params {sorted(names)}")
     if dtypes is not None:
-        from kernelgen.ir.values import SUPPORTED_DTYPES
-
         if any(d not in SUPPORTED_DTYPES for d in dtypes):
             raise RegistryError(f"{where}: dtypes {list(dtypes)} must be some of {list(SUPPORTED_DTYPES)}")
     examples_t = tuple(_to_specs(where, e) for e in (examples or ()))

@@ -12,7 +12,7 @@ import os
 import threading
 from typing import Any, ClassVar
 
-from kernelgen.custom_calls.base import (Language, NativeKernel, cached_build, defines, find_tool,
+from kernelgen.custom_calls.base import (Language, NativeKernel, cached_build, defines, find_tool, first_config,
                                          gpu_platform)
 from kernelgen.errors import ToolchainUnavailableError
 from kernelgen.ir.values import Config
@@ -85,9 +85,7 @@ class GpuCompilerLanguage(Language):
         """Compile to an object for ``$<arch_env>`` (default ``default_arch``), once per params' defines."""
         arch = os.environ.get(self.arch_env, self.default_arch)
         tool = self._tool()
-        from kernelgen.custom_calls.cpp import _first_config
-
-        flags = list(entry.options + defines(entry, _first_config(entry)))
+        flags = list(entry.options + defines(entry, first_config(entry)))
         suffix = entry.source_path.suffix if entry.source_path else f".{self.name}"
         cached_build(f"{self.name}-check", tool, entry.text(), suffix, "kernel.o",
                      [*self.arch_flags(arch), "-fPIC" if self.name == "hip" else "-Xcompiler=-fPIC", *flags,

@@ -20,8 +20,8 @@ from kernelgen.check.verdicts import forget
 from kernelgen.custom_calls import checks, get_language
 from kernelgen.custom_calls.loading import folder_of
 from kernelgen.errors import InputMismatchError, KernelgenError
-from kernelgen.ir.implementation import Implementation, Launcher
 from kernelgen.ir.graph import Graph
+from kernelgen.ir.implementation import Implementation, Launcher
 from kernelgen.ir.space import SearchSpace
 from kernelgen.ir.target import Target
 from kernelgen.ir.values import Config, TensorSpec

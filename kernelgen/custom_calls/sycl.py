@@ -19,7 +19,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from kernelgen.custom_calls.base import Language, NativeKernel, cached_build, defines, find_tool
+from kernelgen.custom_calls.base import (Availability, Language, NativeKernel, UNAVAILABLE, cached_build, defines,
+                                         find_tool)
 from kernelgen.errors import CompileError, ToolchainUnavailableError
 from kernelgen.ir.values import Config
 
@@ -137,8 +138,6 @@ class SyclLanguage(Language):
     def availability(self, entry: Any) -> Any:
         result = super().availability(entry)
         if result.runnable and not _uses_dpctl(entry) and result.platform != "cpu":
-            from kernelgen.custom_calls.base import UNAVAILABLE, Availability
-
             return Availability(UNAVAILABLE, "compiled SYCL libraries take host pointers: register them for 'cpu'")
         return result
 

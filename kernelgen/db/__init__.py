@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import os
 
+from kernelgen.db.engine import make_engine, parse_url, same_database, shown
 from kernelgen.db.jsonl import FORMAT as EXPORT_FORMAT
 from kernelgen.db.jsonl import VERSION as EXPORT_VERSION
 from kernelgen.db.layered import LayeredDB
+from kernelgen.db.schema import schema_number, upgrade
 from kernelgen.db.store import TuningDB
+from kernelgen.errors import DatabaseError
+from kernelgen.paths import default_db_url
 
 TEAM_DB_ENV = "KERNELGEN_TEAM_DB"
 
@@ -40,10 +44,6 @@ def open_db(url: str | None = None, *, team_url: str | None = None, read_only: b
 
 def _refuse_same(url: str | None, team_url: str) -> None:
     """A team database is read-only; layered over itself, a consumer's writes would land in it."""
-    from kernelgen.db.engine import parse_url, same_database, shown
-    from kernelgen.errors import DatabaseError
-    from kernelgen.paths import default_db_url
-
     local = parse_url(url if url is not None else default_db_url())
     team = parse_url(team_url)
     if same_database(local, team):
@@ -57,10 +57,6 @@ def upgrade_db(url: str | None = None) -> tuple[str, str]:
 
     Creates the schema in an empty database; refuses (SchemaVersionError) a schema newer than this kernelgen.
     """
-    from kernelgen.db.engine import make_engine, parse_url
-    from kernelgen.db.schema import schema_number, upgrade
-    from kernelgen.paths import default_db_url
-
     parsed = parse_url(url if url is not None else default_db_url())
     engine = make_engine(parsed, read_only=False)
     try:

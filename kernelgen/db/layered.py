@@ -14,8 +14,8 @@ from typing import Any
 
 from kernelgen.db import jsonl
 from kernelgen.db.nearest import NearestGroups, merge_groups, rank
-from kernelgen.db.verdict import preferred
 from kernelgen.db.store import TuningDB
+from kernelgen.db.verdict import preferred
 from kernelgen.ir.values import TensorSpec, TuningRecord
 
 

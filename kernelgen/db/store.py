@@ -20,12 +20,13 @@ from sqlalchemy.engine import Connection
 from kernelgen.db import jsonl
 from kernelgen.db.engine import make_engine, parse_url, shown, transaction
 from kernelgen.db.limits import checked_row
+from kernelgen.db.locks import named_lock
 from kernelgen.db.models import RecordRow, toolchain_hash
 from kernelgen.db.nearest import NearestGroups, rank
 from kernelgen.db.schema import current_revision, ensure_schema, schema_number
 from kernelgen.errors import DatabaseError
-from kernelgen.paths import default_db_url
 from kernelgen.ir.values import Evidence, Status, TensorSpec, TuningRecord
+from kernelgen.paths import default_db_url
 
 T = RecordRow.__table__
 _CHUNK = 500  # rows per INSERT: well under SQLite's bound-parameter limit
@@ -83,8 +84,6 @@ class TuningDB:
     def lock(self, name: str):
         """A context manager holding the exclusive lock ``name`` of this database: every process and host
         using it waits for the holder (see ``kernelgen.db.locks``). Released when the holder dies."""
-        from kernelgen.db.locks import named_lock
-
         return named_lock(self._url, name, self._engine)
 
     def close(self) -> None:

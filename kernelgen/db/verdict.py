@@ -4,14 +4,19 @@ Rank ok records by evidence (the tuner's declared verdict first, then confirmed 
 trials; ``kernelgen.ir.values.Evidence``), among verdicts the newest, then by median time, ties by record_id.
 ``TuningDB.best`` runs the same order in SQL on an index; everything else that names a best record (``db
 show --best``, ``explain()``, the tune table, the report, the Optuna study's mark, a layered database's
-choice between layers) calls ``verdict``/``best_key`` here, so they all name the same config.
+choice between layers) calls ``verdict``/``best_key`` here, so they all name the same config. ``rounds_tag``,
+``is_refused`` and ``note_of`` read what the tuner's confirmation rounds wrote into a record's message.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from kernelgen.ir.values import Evidence, TuningRecord
+
+NO_VERDICT = "no verdict"  # in the message of every record of a confirmation that declared none
+_TAG = re.compile(r"\(rounds ([0-9a-f]{8})\)")  # how kernelgen.tune.confirm names the rounds in each message
 
 
 def best_key(record: TuningRecord) -> tuple[int, float, float, str]:
@@ -44,4 +49,23 @@ def verdicts(records: Iterable[TuningRecord]) -> dict[tuple[str, str], TuningRec
     return out
 
 
-__all__ = ["best_key", "preferred", "verdict", "verdicts"]
+def rounds_tag(record: TuningRecord) -> str | None:
+    """The tag of the confirmation rounds that produced ``record`` (None for a search trial or an old record)."""
+    found = _TAG.search(record.measurement.message)
+    return found.group(1) if found else None
+
+
+def is_refused(record: TuningRecord) -> bool:
+    """A record of confirmation rounds that were due to declare a verdict and refused to."""
+    return rounds_tag(record) is not None and f"; {NO_VERDICT}: " in record.measurement.message
+
+
+def note_of(record: TuningRecord) -> str:
+    """What the verdict's rounds had to say ("" when nothing): what ``commit_confirmation`` appended."""
+    message = record.measurement.message
+    if rounds_tag(record) is None or "; " not in message:
+        return ""
+    return message.split("; ", 1)[1]
+
+
+__all__ = ["NO_VERDICT", "best_key", "is_refused", "note_of", "preferred", "rounds_tag", "verdict", "verdicts"]

@@ -18,10 +18,10 @@ from typing import Any
 
 from kernelgen.errors import KernelgenError, ShapePropagationError, TraceError, UnsupportedOpError
 from kernelgen.frontend.callables import Callee, describe, innermost
-from kernelgen.runtime.outputs import ARG, CONST, COPY, OUT, OutputPlan, plain
 from kernelgen.ir.graph import Graph, GraphBuilder, NodeRef, prune
 from kernelgen.ir.values import TensorSpec
 from kernelgen.lowering.lower import lower
+from kernelgen.runtime.outputs import ARG, CONST, COPY, OUT, OutputPlan, plain
 
 
 @dataclass(frozen=True)

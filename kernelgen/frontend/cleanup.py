@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernelgen.frontend.fx_nodes import op_packet
+
 _CONVERSIONS = frozenset({"convert_element_type", "_to_copy"})
 
 
@@ -17,8 +19,6 @@ def drop_noop_conversions(gm: Any) -> int:
     """Replace every conversion of a tensor to its own dtype, device and layout by the tensor itself, where
     nothing could tell them apart (the result is no graph output, so it aliases no output); returns how many."""
     import torch
-
-    from kernelgen.frontend.partition import op_packet
 
     dropped = 0
     for node in list(gm.graph.nodes):

@@ -21,6 +21,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernelgen.errors import KernelgenError
+from kernelgen.frontend.attention_pattern import fuse_written_attention
+from kernelgen.frontend.cleanup import drop_noop_conversions
+from kernelgen.frontend.decompositions import decompositions
+from kernelgen.frontend.fx_nodes import is_view
+from kernelgen.frontend.partition import partition
+from kernelgen.frontend.region_op import install
+from kernelgen.frontend.sink_views import sink_views
+
 log = logging.getLogger("kernelgen")
 NAME = "kernelgen"
 OPTIONS = ("backend", "tune", "db", "team_db", "trials", "seconds")  # kernelgen.compile's keywords
@@ -80,36 +89,10 @@ def collect() -> Iterator[list[GraphStats]]:
             _COLLECTORS.remove(graphs)
 
 
-def decompositions() -> dict:
-    """Inductor's decomposition table (core ATen plus Inductor's own rewrites). Why not the plain core-ATen
-    table (``torch._decomp.core_aten_decompositions()``): in torch 2.13 a GPT-2 block's causal-attention
-    backward decomposed with it gives wrong gradients (errors of ~4 against eager; Inductor's table and no
-    table are exact), and Inductor's table is the one torch keeps correct for whole models. It keeps
-    ``_softmax``, ``gelu`` and the GEMMs whole (one lowering rule each) and decomposes the ``*_backward``
-    ops into the pointwise ops and reductions the partitioner groups."""
-    from torch._inductor.decomposition import select_decomp_table
-
-    return {op: fn for op, fn in select_decomp_table().items() if not _keep_whole(op)}
-
-
-def _keep_whole(op: Any) -> bool:
-    """Ops left to ATen's own kernel rather than decomposed: pooling. No kernelgen template covers a window
-    reduction, and Inductor's rules for it emit Inductor-only prims (``_low_memory_max_pool_with_offsets``)
-    plus index arithmetic that then runs op by op (a small CNN's forward: 56 ATen launches instead of 11, 0.51x
-    eager) and need ``torch._inductor.lowering`` imported, which a process where Inductor never ran lacks."""
-    return str(getattr(op, "_schema", "")).startswith("aten::") and "pool" in op.name()
-
-
 def compile_graph(gm: Any, name: str = "graph", options: dict | None = None, direct: bool = False) -> GraphStats:
     """Partition ATen graph ``gm`` (nodes carrying ``meta['val']``) and install its regions in place (as
     ``kernelgen::region`` calls, or with ``direct`` as plain calls for a graph that is only executed)."""
     import operator
-
-    from kernelgen.frontend.attention_pattern import fuse_written_attention
-    from kernelgen.frontend.cleanup import drop_noop_conversions
-    from kernelgen.frontend.partition import is_view, partition
-    from kernelgen.frontend.region_op import install
-    from kernelgen.frontend.sink_views import sink_views
 
     drop_noop_conversions(gm)  # float32 -> float32 upcasts of the decompositions: no op, no region needed
     sink_views(gm)  # a Linear's epilogue on [B, T, N] then reads the GEMM's [B*T, N] output directly
@@ -146,8 +129,6 @@ def kernelgen_backend(gm: Any, example_inputs: list, options: dict | None = None
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
 
-    from kernelgen.errors import KernelgenError
-
     options = dict(options or {})
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown or mode not in (None, "default"):
@@ -174,5 +155,5 @@ def register() -> None:
         register_backend(name=NAME)(kernelgen_backend)
 
 
-__all__ = ["GraphStats", "NAME", "OPTIONS", "collect", "compile_graph", "decompositions", "kernelgen_backend", "register",
+__all__ = ["GraphStats", "NAME", "OPTIONS", "collect", "compile_graph", "kernelgen_backend", "register",
            "reset_stats", "stats"]

@@ -17,14 +17,12 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelgen.errors import KernelgenError
-from kernelgen.ir.values import SUPPORTED_DTYPES, TensorSpec
+from kernelgen.errors import KernelgenError, UnsupportedOpError
+from kernelgen.frontend.fx_nodes import is_view, spec_of
+from kernelgen.ir.graph import Graph, GraphBuilder, NodeRef, prune
 from kernelgen.lowering.lower import lower
+from kernelgen.templates import match
 
-# ATen ops that only reinterpret their input's memory: free in ATen, read by a region through strides.
-VIEW_OPS = frozenset({"view", "_unsafe_view", "reshape", "permute", "t", "transpose", "expand", "unsqueeze",
-                      "squeeze", "alias", "slice", "select", "as_strided", "diagonal", "unfold", "split",
-                      "split_with_sizes", "unbind", "narrow", "detach"})
 
 
 @dataclass
@@ -47,49 +45,6 @@ class Partition:
     left: dict[Any, str]
 
 
-def spec_of(value: Any) -> TensorSpec | None:
-    """The ``TensorSpec`` of a fake tensor from ``node.meta['val']``, or None when it is not a plain tensor of a
-    supported dtype. A symbolic size or stride (Dynamo's dynamic shapes) is taken at its hint, the size of
-    the example the graph was traced with: regions are chosen on it, and each region's kernel is then built
-    for the sizes its calls bring (``kernelgen.frontend.region_op``: one generic kernel per shape family)."""
-    import torch
-
-    if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
-        return None
-    dtype = str(value.dtype).removeprefix("torch.")
-    if dtype not in SUPPORTED_DTYPES:
-        return None
-    try:
-        shape, strides = (tuple(_hint(s) for s in dims) for dims in (value.shape, value.stride()))
-    except (TypeError, ValueError, RuntimeError):  # an unbacked size (data-dependent): no hint to plan with
-        return None
-    return TensorSpec(shape, dtype, strides)
-
-
-def is_symbolic(value: Any) -> bool:
-    """Whether fake tensor ``value`` has a symbolic (dynamic) size or stride."""
-    import torch
-
-    return isinstance(value, torch.Tensor) and not all(isinstance(s, int) for s in (*value.shape, *value.stride()))
-
-
-def _hint(size: Any) -> int:
-    if isinstance(size, int):
-        return size
-    from torch.fx.experimental.symbolic_shapes import optimization_hint
-
-    return int(optimization_hint(size))
-
-
-def op_packet(node: Any) -> str:
-    target = node.target
-    return getattr(getattr(target, "overloadpacket", None), "__name__", getattr(target, "__name__", str(target)))
-
-
-def is_view(node: Any) -> bool:
-    return node.op == "call_function" and op_packet(node) in VIEW_OPS
-
-
 def lower_region(members: list[Any], seen: Any = None, fresh: Any = ()) -> tuple[Any, list[Any], list[Any]]:
     """Lower ``members`` (topological order) to a kernelgen ``Graph``: ``(graph, inputs, outputs)``, where
     inputs are the external fx nodes read and outputs the members read by any node outside ``members``.
@@ -99,9 +54,6 @@ def lower_region(members: list[Any], seen: Any = None, fresh: Any = ()) -> tuple
     import torch
     import torch.fx
     import torch.utils._pytree
-
-    from kernelgen.errors import UnsupportedOpError
-    from kernelgen.ir.graph import Graph, GraphBuilder, NodeRef, prune
 
     member_set = set(members)
     builder = GraphBuilder()
@@ -161,8 +113,6 @@ def _describe(value: Any) -> str:
 def try_region(members: list[Any], seen: Any = None, fresh: Any = ()) -> Region | str:
     """The region of ``members`` when a template covers it, else the reason it is not one (``seen`` and
     ``fresh`` as in ``lower_region``)."""
-    from kernelgen.templates import match
-
     try:
         graph, inputs, outputs = lower_region(members, seen, fresh)
     except KernelgenError as exc:
@@ -301,31 +251,4 @@ def _reaches(start: list[Any], targets: set[Any], regions: list[Region], region_
     return False
 
 
-__all__ = ["Partition", "Region", "VIEW_OPS", "is_symbolic", "lower_region", "partition", "spec_of", "try_region"]
-
-
-def aten_graph_of(fn: Any, specs: Any) -> Any:
-    """``fn`` (plain torch) traced the way the backend sees it (ATen through the backend's decompositions,
-    reshapes sunk, lowered as one region): the ``Graph`` a region computing ``fn`` has, or None when ``fn``
-    does not lower as one region reading its arguments in order. Lets a custom call's ``replaces`` pattern
-    match regions of ``torch.compile``'d models."""
-    import torch
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    from kernelgen.frontend.dynamo_backend import decompositions
-    from kernelgen.frontend.sink_views import sink_views
-
-    try:
-        # the pattern must take these shapes at all: a cheap check on meta tensors first (fake tracing logs
-        # every shape error it meets at error level)
-        fn(*[torch.empty_strided(s.shape, s.effective_strides(), dtype=getattr(torch, s.dtype), device="meta")
-             for s in specs])
-        examples = [torch.empty_strided(s.shape, s.effective_strides(), dtype=getattr(torch, s.dtype)) for s in specs]
-        gm = make_fx(fn, tracing_mode="fake", decomposition_table=decompositions())(*examples)
-        sink_views(gm)
-        members = [n for n in gm.graph.nodes if n.op == "call_function" and not is_view(n)]
-        graph, inputs, _ = lower_region(members)
-    except Exception:  # anything the backend could not take is simply not this pattern
-        return None
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    return graph if inputs == placeholders else None
+__all__ = ["Partition", "Region", "lower_region", "partition", "try_region"]

@@ -5,9 +5,10 @@ One op serves every region: ``kernelgen::region(str key, Tensor[] inputs) -> Ten
 ``Graph`` specs, contiguous, on the inputs' device) and an autograd formula (the region's ATen nodes
 replayed under autograd), so ``torch.library.opcheck`` holds and the op works under autograd directly.
 
-A region runs through ``kernelgen.compile`` of its own ATen sub-graph, so tuning-database lookup, the
-checked first run in an isolated worker, custom calls from the registry and the eager fallback (running
-the region's ATen nodes) are exactly those of ``kernelgen.compile``.
+A region runs through a ``CompiledFunction`` of its own ATen sub-graph (the one call the front end makes into
+the runtime), so tuning-database lookup, the checked first run in an isolated worker, custom calls from the
+registry and the eager fallback (running the region's ATen nodes) are exactly those of ``kernelgen.compile``.
+Once regions exist, the registry also matches ``replaces=`` patterns in their ATen form (``patterns``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,12 @@ import logging
 import operator
 import threading
 from typing import Any
+
+from kernelgen.errors import KernelgenError
+from kernelgen.frontend.fx_nodes import is_symbolic, spec_of
+from kernelgen.frontend.patterns import aten_graph_of
+from kernelgen.registry import add_pattern_tracer
+from kernelgen.runtime.compiled import CompiledFunction
 
 log = logging.getLogger("kernelgen")
 _REGIONS: dict[str, "RegionKernel"] = {}
@@ -31,8 +38,6 @@ class RegionKernel:
 
     def __init__(self, gm: Any, graph: Any, template: str, options: dict | None = None, counters: Any = None,
                  strides: tuple | None = None, orders: tuple | None = None, dynamic: Any = None) -> None:
-        from kernelgen.runtime.compiled import CompiledFunction
-
         self.gm = gm
         # The outputs' layouts in the traced graph: exact strides for a static-shape graph (default:
         # contiguous), else ``orders`` (each output's dims from innermost to outermost) for symbolic shapes,
@@ -77,8 +82,6 @@ class RegionKernel:
         return fresh
 
     def _launch(self, inputs: list) -> tuple:
-        from kernelgen.errors import KernelgenError
-
         if self.failed is None:
             try:
                 outs = self.compiled(*inputs)
@@ -174,9 +177,6 @@ def install(gm: Any, regions: list, options: dict | None = None, counters: Any =
     (``kernelgen.frontend.partition`` makes them so); the graph is re-sorted after."""
     from torch.fx.passes.tools_common import legalize_graph
 
-    from kernelgen.frontend.partition import aten_graph_of, is_symbolic
-    from kernelgen.registry import add_pattern_tracer
-
     # Regions exist from now on: a custom call's pattern may also match them in their ATen form.
     add_pattern_tracer(aten_graph_of)
     op = run_region if direct else region_op()
@@ -216,8 +216,6 @@ def install(gm: Any, regions: list, options: dict | None = None, counters: Any =
 def stride_order(value: Any) -> tuple[int, ...]:
     """Fake tensor ``value``'s dims from innermost to outermost in memory (by its strides at their hints;
     ties, as size-1 dims give, in contiguous order)."""
-    from kernelgen.frontend.partition import spec_of
-
     strides = spec_of(value).effective_strides()
     return tuple(sorted(range(len(strides)), key=lambda d: (strides[d], -d)))
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernelgen.frontend.fx_nodes import op_packet
+
 # Packets computed element by element (same result whatever the leading shape).
 ELEMENTWISE = frozenset({
     "add", "sub", "mul", "div", "pow", "neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid",
@@ -25,8 +27,6 @@ _RESHAPES = frozenset({"view", "_unsafe_view", "reshape"})
 def sink_views(gm: Any) -> int:
     """Rewrite ``gm`` in place; returns how many ops were moved above a reshape."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-
-    from kernelgen.frontend.partition import op_packet
 
     mode = FakeTensorMode()  # the new nodes' metadata; stand-ins are made in it from the inputs' metadata
     moved = 0
@@ -56,8 +56,6 @@ def _collapse(graph: Any) -> None:
     operand was viewed leaves such chains behind)."""
     import torch
     import torch.fx
-
-    from kernelgen.frontend.partition import op_packet
 
     for node in list(graph.nodes):
         if node.op != "call_function" or op_packet(node) not in _RESHAPES:
@@ -90,8 +88,6 @@ def _regroups_leading(view: Any) -> bool:
 def _sink(graph: Any, view: Any, user: Any, mode: Any) -> bool:
     import torch
     import torch.fx
-
-    from kernelgen.frontend.partition import op_packet
 
     packet = op_packet(user)
     src = view.args[0]
@@ -163,8 +159,6 @@ def _operand_2d(graph: Any, arg: Any, view: Any, shape2d: list, user: Any, mode:
         return None
     # view(view(y, S), shape) is view(y, shape), and y itself when it has that shape: a view of a region's
     # output would keep the op out of that region
-    from kernelgen.frontend.partition import op_packet
-
     while arg.op == "call_function" and op_packet(arg) in _RESHAPES and isinstance(_val(arg.args[0]), torch.Tensor) \
             and _val(arg.args[0]).is_contiguous():
         arg = arg.args[0]

@@ -16,6 +16,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernelgen.errors import KernelgenError
 from kernelgen.ir.values import FrozenMap, content_hash
 
 # ISA features that change what the C++ backend emits or how fast it runs.
@@ -109,8 +110,6 @@ class Target:
     def gpu(cls, arch: str) -> "Target":
         """A named GPU target (``"sm_90"``, ``"gfx942"``) for ahead-of-time compiles without the device."""
         if arch not in _GPU_TARGETS:
-            from kernelgen.errors import KernelgenError
-
             raise KernelgenError(f"unknown GPU target {arch!r}; known targets: {', '.join(sorted(_GPU_TARGETS))}")
         spec = _GPU_TARGETS[arch]
         limits = {k: spec[k] for k in ("shared_memory", "registers", "max_threads", "warp_size")}

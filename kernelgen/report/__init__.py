@@ -2,10 +2,21 @@
 
 ``data`` derives what is shown from the records (trials, best, finalists, baselines, failures, device),
 ``figures`` draws it, ``page`` lays it out; ``units`` formats times.
+
+Names are imported on first use, so the tuner's progress lines can format times (``units``) without importing
+the database layer that ``data`` reads records through.
 """
 
-from kernelgen.report.data import WorkloadSummary, best_so_far, summarise
-from kernelgen.report.page import render_report, write_report
-from kernelgen.report.units import fmt_time
+import importlib
+from typing import Any
+
+_EXPORTS = {"WorkloadSummary": "data", "best_so_far": "data", "summarise": "data", "render_report": "page",
+            "write_report": "page", "fmt_time": "units"}
 
 __all__ = ["WorkloadSummary", "best_so_far", "fmt_time", "render_report", "summarise", "write_report"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'kernelgen.report' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"kernelgen.report.{_EXPORTS[name]}"), name)

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernelgen.db.verdict import is_refused, rounds_tag, verdict
+from kernelgen.ir.target import Target
 from kernelgen.ir.values import Evidence, Reference, TuningRecord
 
 # (workload key, target fingerprint) -> the record dispatch runs; ``TuningDB.best`` has this signature.
@@ -35,8 +37,6 @@ def _workload_title(records: Sequence[TuningRecord]) -> str:
 
 def best_of(records: Iterable[TuningRecord]) -> TuningRecord | None:
     """``TuningDB.best``'s answer computed over ``records``: the one definition, ``kernelgen.db.verdict``."""
-    from kernelgen.db.verdict import verdict
-
     return verdict(records)
 
 
@@ -106,7 +106,6 @@ class WorkloadSummary:
     def finalists(self) -> list[TuningRecord]:
         """The records of the rounds that produced ``best`` (it included), fastest first; ``[best]`` when the
         best is a search trial, [] when nothing ran ok."""
-        from kernelgen.tune.confirm import rounds_tag
 
         if self.best is None:
             return []
@@ -129,7 +128,6 @@ class WorkloadSummary:
     @property
     def verdict_trusted(self) -> bool:
         """False when the best record's rounds refused a verdict: their ratios are the load's, not the kernels'."""
-        from kernelgen.tune.confirm import is_refused
 
         return self.best is not None and not is_refused(self.best)
 
@@ -188,8 +186,6 @@ def _bytes(n: Any) -> str:
 @functools.lru_cache(maxsize=8)
 def target_here(backend: str, fingerprint: str) -> Any:
     """This machine's ``Target`` for ``backend`` when its fingerprint is ``fingerprint``, else None."""
-    from kernelgen.ir.target import Target
-
     try:
         target = Target.current(backend)
     except Exception:  # a backend this machine cannot describe: the records' own fields still show

@@ -9,9 +9,9 @@ import html
 import math
 from typing import Any
 
+from kernelgen.ir.values import Evidence, TuningRecord
 from kernelgen.report.data import TrialPoint, WorkloadSummary
 from kernelgen.report.units import fmt_time
-from kernelgen.ir.values import Evidence, TuningRecord
 
 # Implementations in a fixed order of colours (plotly's qualitative palette without its gold, which is the ★'s).
 PALETTE = ("#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880")

@@ -12,10 +12,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from kernelgen.db.verdict import note_of
+from kernelgen.ir.values import Evidence, TuningRecord
+from kernelgen.paths import atomic_write_text
 from kernelgen.report.data import BestLookup, WorkloadSummary, summarise
 from kernelgen.report.figures import config_text, parameters_figure, trials_figure
 from kernelgen.report.units import fmt_ratio, fmt_time
-from kernelgen.ir.values import Evidence, TuningRecord
 
 STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em auto;max-width:1200px;padding:0 1em;
@@ -59,7 +61,6 @@ def verdict_line(s: WorkloadSummary) -> str:
             r = ref.time.median
             name = html.escape(ref.name)
             parts.append(f"{r / t:.2f}× faster than {name}" if r >= t else f"{t / r:.2f}× slower than {name}")
-    from kernelgen.tune.confirm import note_of
 
     note = note_of(best)
     text = " · ".join(parts)
@@ -173,8 +174,6 @@ def render_report(records: Iterable[TuningRecord], *, title: str = "kernelgen tu
 
 def write_report(db: Any, path: str | Path) -> int:
     """Write the report over every record of ``db`` to ``path`` atomically; returns the number of workloads."""
-    from kernelgen.paths import atomic_write_text
-
     records = list(db.records())
     lookup = getattr(db, "best", None)
     atomic_write_text(Path(path), render_report(records, source=_shown_url(db), best=lookup))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import logging
 
+from kernelgen.errors import KernelgenError
 from kernelgen.ir.graph import Graph
 from kernelgen.templates.base import Problem, Template
 
@@ -35,8 +36,6 @@ def get_template(name: str) -> Template:
     for template in templates():
         if template.name == name:
             return template
-    from kernelgen.errors import KernelgenError
-
     raise KernelgenError(f"unknown template {name!r}; known: {', '.join(t.name for t in templates())}")
 
 

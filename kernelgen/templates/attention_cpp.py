@@ -24,9 +24,9 @@ from kernelgen.backends.cpp import entry_declaration
 from kernelgen.codegen import cpp_expr
 from kernelgen.ir.space import Constraint, Param, SearchSpace
 from kernelgen.ir.target import Target
+from kernelgen.ir.values import Config, FrozenMap, Source
 from kernelgen.templates.attention import AttentionProblem
 from kernelgen.templates.indexing import dynamic_meta, dynamic_source
-from kernelgen.ir.values import Config, FrozenMap, Source
 
 BLOCK_M_CHOICES = (8, 16, 24, 32, 48, 64, 96, 128)
 BLOCK_N_CHOICES = (16, 32, 64, 128, 256, 512)

@@ -16,12 +16,13 @@ from __future__ import annotations
 import json
 
 from kernelgen.backends.triton_aot import gpu_limits, gpu_space
-from kernelgen.codegen.triton_expr import HEADER, TL_DTYPE, kernel_params, pow2_at_least, signature_json, tile_offset
+from kernelgen.codegen.triton_expr import (HEADER, TL_DTYPE, bf16_round, kernel_params, pow2_at_least, signature_json,
+                                           tile_offset)
 from kernelgen.ir.space import Constraint, Param, SearchSpace
 from kernelgen.ir.target import Target
+from kernelgen.ir.values import Config, FrozenMap, Source
 from kernelgen.templates.attention import AttentionProblem
 from kernelgen.templates.indexing import dynamic_meta, dynamic_source
-from kernelgen.ir.values import Config, FrozenMap, Source
 
 ENTRY = "kg_attention"
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
@@ -161,8 +162,6 @@ def render(problem: AttentionProblem, config: Config, target: Target) -> Source:
                         f"tl.store(out{p.outputs.index('lse')} + bh * {p.q_len} + offs_m, lse.to({lse_dtype}), "
                         f"mask=offs_m < {p.q_len})"]
     if target.kind == "cpu" and p.out_dtype == "bfloat16":
-        from kernelgen.codegen.triton_expr import bf16_round
-
         lines[-1] = lines[-1].replace("out.to(tl.bfloat16)", f"{bf16_round('out')}.to(tl.bfloat16)")
     params = ", ".join([*kernel_params(p.graph), *(["n0"] if dyn is not None else [])])
     text = HEADER + f"@triton.jit\ndef {ENTRY}({params}, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):\n" + \

@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import ClassVar
 
 from kernelgen import code_hash
+from kernelgen.backends import get_backend
 from kernelgen.errors import KernelgenError
 from kernelgen.ir.graph import Graph
 from kernelgen.ir.space import SearchSpace
@@ -65,8 +66,6 @@ class Template(ABC):
         """Hash of everything that shapes this template's code for ``backend``: the kernelgen modules its
         family and renderer modules import (transitively), its text files and the backend's compile
         recipe (``kernelgen.code_hash``). A change of any of them is a new key, never a silent reuse."""
-        from kernelgen.backends import get_backend
-
         compiler = get_backend(backend)  # its module too: it adds code (launch wrappers) to what it compiles
         roots = (type(self).__module__, f"kernelgen.templates.{self.name}_{backend}", type(compiler).__module__)
         return code_hash.implementation_hash(roots, compiler.recipe(), self.text_files)

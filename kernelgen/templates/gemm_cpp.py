@@ -17,10 +17,10 @@ from kernelgen.backends.cpp import entry_declaration
 from kernelgen.codegen import cpp_expr
 from kernelgen.ir.space import Constraint, Param, SearchSpace
 from kernelgen.ir.target import Target
+from kernelgen.ir.values import Config, FrozenMap, Source
 from kernelgen.templates import _gemm_cpp_kernels as kernels
 from kernelgen.templates.gemm import GemmProblem
 from kernelgen.templates.indexing import dynamic_meta, dynamic_source
-from kernelgen.ir.values import Config, FrozenMap, Source
 
 MR_CHOICES = (1, 2, 3, 4, 6, 8, 12)
 NR_CHOICES = (8, 16, 24, 32, 48)

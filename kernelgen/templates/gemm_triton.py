@@ -15,9 +15,9 @@ from kernelgen.codegen.triton_expr import (HEADER, ExprEmitter, kernel_params, o
                                            signature_json, tile_offset, to_compute, to_storage)
 from kernelgen.ir.space import Constraint, Param, SearchSpace
 from kernelgen.ir.target import Target
+from kernelgen.ir.values import Config, FrozenMap, Source
 from kernelgen.templates.gemm import GemmProblem
 from kernelgen.templates.indexing import dynamic_meta, dynamic_source
-from kernelgen.ir.values import Config, FrozenMap, Source
 
 ENTRY = "kg_gemm"
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernelgen.ir.graph import Graph, Node, GraphBuilder, pad_pairs
-from kernelgen.templates.indexing import input_view
 from kernelgen.ir.values import TensorSpec
+from kernelgen.templates.indexing import input_view
 
 Coords = tuple[str, ...]  # one integer expression per dim of a node's shape
 

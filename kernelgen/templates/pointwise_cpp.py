@@ -14,10 +14,10 @@ from kernelgen.backends.cpp import entry_declaration
 from kernelgen.codegen import cpp_expr
 from kernelgen.ir.space import Constraint, Param, SearchSpace
 from kernelgen.ir.target import Target
+from kernelgen.ir.values import Config, FrozenMap, Source, TensorSpec
 from kernelgen.templates.indexing import dynamic_meta, dynamic_source
 from kernelgen.templates.moves import CoordSyntax, Expansion, LoadLeaf, TestLeaf, expand, touches_dim0
 from kernelgen.templates.pointwise import PointwiseProblem
-from kernelgen.ir.values import Config, FrozenMap, Source, TensorSpec
 
 ENTRY = "kg_pointwise"
 PARALLEL_MIN = 32768  # below this many elements, waking threads costs more than it saves

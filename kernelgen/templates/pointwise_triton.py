@@ -14,10 +14,10 @@ from kernelgen.codegen.triton_expr import (HEADER, ExprEmitter, kernel_params, o
                                            signature_json, to_compute, to_storage)
 from kernelgen.ir.space import Constraint, Param, SearchSpace
 from kernelgen.ir.target import Target
+from kernelgen.ir.values import Config, FrozenMap, Source
 from kernelgen.templates.indexing import dynamic_meta, dynamic_source
 from kernelgen.templates.moves import CoordSyntax, Expansion, LoadLeaf, NamedLeaf, expand, touches_dim0
 from kernelgen.templates.pointwise import PointwiseProblem
-from kernelgen.ir.values import Config, FrozenMap, Source
 
 ENTRY = "kg_pointwise"
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 from kernelgen.errors import KernelgenError
 from kernelgen.ir.graph import ELEMENTWISE_OPS, REDUCTION_OPS, Graph, broadcast_shapes, reduced_dims
+from kernelgen.ir.values import TensorSpec
 from kernelgen.templates.base import Problem, Template
 from kernelgen.templates.indexing import Load, consumer_loads, flat_offset, is_input_view, load_for
-from kernelgen.ir.values import TensorSpec
 
 
 @dataclass(frozen=True)

@@ -30,10 +30,11 @@ from kernelgen.codegen import cpp_expr
 from kernelgen.ir.graph import INDEX_REDUCTIONS, Graph
 from kernelgen.ir.space import Constraint, Param, SearchSpace
 from kernelgen.ir.target import Target
-from kernelgen.templates import reduction_cpp_columns as columns
-from kernelgen.templates.indexing import Load, dynamic_meta, dynamic_source, flat_offset
-from kernelgen.templates.reduction import ReductionProblem
 from kernelgen.ir.values import Config, FrozenMap, Source, TensorSpec
+from kernelgen.templates import reduction_cpp_columns as columns
+from kernelgen.templates.indexing import dynamic_meta, dynamic_source, flat_offset
+from kernelgen.templates.reduction import ReductionProblem
+from kernelgen.templates.reduction_cpp_ops import fold, initial_value, reduction_dtype, row_offset
 
 ENTRY = "kg_reduction"
 _ROWS = (1, 2, 4, 8, 16, 32, 64)
@@ -96,14 +97,6 @@ def online_pairs(problem: ReductionProblem) -> dict[int, int]:
             continue
         pairs[s] = m
     return pairs
-
-
-def row_offset(problem: ReductionProblem, ld: Load, index: str) -> str:
-    """Offset of element ``index`` of a row from the row's start in load ``ld`` (group by group when the
-    reduced dims do not merge into one stride)."""
-    if not problem.grouped:
-        return index if ld.strides[-1] == 1 else f"{index} * {ld.strides[-1]}"
-    return flat_offset(index, problem.row_shape, problem.row_strides[problem.loads.index(ld)])
 
 
 def _element_loads(problem: ReductionProblem) -> list:
@@ -250,49 +243,14 @@ def _in_place(problem: ReductionProblem, pass_roots: list[list[int]], plan: list
     return chosen
 
 
-def _red_dtype(graph: Graph, r: int) -> str:
-    """The dtype reduction ``r`` compares or adds in: its input's for argmax/argmin (their result is int64)."""
-    node = graph.nodes[r]
-    return graph.nodes[node.inputs[0]].spec.dtype if node.op in INDEX_REDUCTIONS else node.spec.dtype
-
-
 def _declare(graph: Graph, r: int, indent: str) -> list[str]:
     """The accumulator(s) of reduction ``r``: ``acc<id>`` (and the extreme value ``acc<id>v`` of argmax/argmin)."""
     node = graph.nodes[r]
     if node.op in INDEX_REDUCTIONS:
-        dtype = _red_dtype(graph, r)
-        init = _init("max" if node.op == "argmax" else "min", dtype)
+        dtype = reduction_dtype(graph, r)
+        init = initial_value("max" if node.op == "argmax" else "min", dtype)
         return [f"{indent}int64_t acc{r} = 0;", f"{indent}{cpp_expr.compute_type(dtype)} acc{r}v = {init};"]
-    return [f"{indent}{_ctype(graph, r)} acc{r} = {_init(node.op, node.spec.dtype)};"]
-
-
-def _init(op: str, dtype: str) -> str:
-    if op in ("sum", "prod"):
-        return cpp_expr.literal(int(op == "prod"), dtype)
-    if not cpp_expr.is_float(dtype):
-        limit = "max" if op == "min" else "min"
-        return f"std::numeric_limits<{cpp_expr.compute_type(dtype)}>::{limit}()"
-    return cpp_expr.literal("-inf" if op == "max" else "inf", dtype)
-
-
-def _combine(op: str, dtype: str, acc: str, value: str, accv: str | None = None) -> str:
-    """Statement folding ``value`` into accumulator ``acc`` (argmax/argmin: the index, with the extreme value in
-    ``accv``, default ``acc`` + "v", and ``j`` the element's index in the row)."""
-    ctype = cpp_expr.compute_type(dtype)
-    if op in INDEX_REDUCTIONS:  # j rises, so ties keep the first index
-        accv = accv or f"{acc}v"
-        cmp = ">" if op == "argmax" else "<"
-        nan = f" || (xv != xv && {accv} == {accv})" if cpp_expr.is_float(dtype) else ""  # the first NaN wins
-        return f"{{ const {ctype} xv = {value}; if (xv {cmp} {accv}{nan}) {{ {accv} = xv; {acc} = j; }} }}"
-    if op == "sum":
-        return f"{acc} += ({ctype}){value};"
-    if op == "prod":  # integers wrap around as eager's (-fwrapv)
-        return f"{acc} *= ({ctype}){value};"
-    cmp = ">" if op == "max" else "<"
-    if cpp_expr.is_float(dtype):  # nan-propagating, as amax/amin: see kg_maxf in cpp_expr.PRELUDE
-        fn = {"float": "f", "double": ""}[ctype]
-        return f"{acc} = kg_{op}{fn}({acc}, {value});"
-    return f"{acc} = {value} {cmp} {acc} ? ({ctype}){value} : {acc};"
+    return [f"{indent}{_ctype(graph, r)} acc{r} = {initial_value(node.op, node.spec.dtype)};"]
 
 
 class _Row:
@@ -372,7 +330,7 @@ class _Row:
         for r in laned:
             node = self.g.nodes[r]
             self.lines.append(f"{indent}{_ctype(self.g, r)} acc{r}_l[{lanes}];")
-            self.lines.append(f"{indent}for (int l = 0; l < {lanes}; ++l) acc{r}_l[l] = {_init(node.op, node.spec.dtype)};")
+            self.lines.append(f"{indent}for (int l = 0; l < {lanes}; ++l) acc{r}_l[l] = {initial_value(node.op, node.spec.dtype)};")
         loads = _next_row_loads(self.p) if prefetch else []
         inner = indent
         if loads:
@@ -386,7 +344,7 @@ class _Row:
             lo, hi, inner = "b", "be", indent + "  "
 
         def combines(acc: str, reds: list[int]) -> list[str]:
-            return [_combine(self.g.nodes[r].op, _red_dtype(self.g, r), acc.format(r=r),
+            return [fold(self.g.nodes[r].op, reduction_dtype(self.g, r), acc.format(r=r),
                              env[self.g.nodes[r].inputs[0]]) for r in reds]
 
         if laned and not loads:  # a scope of its own for j0
@@ -419,7 +377,7 @@ class _Row:
         if loads or laned:
             self.lines.append(f"{indent}}}")
         for r in laned:
-            combine = _combine(self.g.nodes[r].op, self.g.nodes[r].spec.dtype, f"acc{r}", f"acc{r}_l[l]")
+            combine = fold(self.g.nodes[r].op, self.g.nodes[r].spec.dtype, f"acc{r}", f"acc{r}_l[l]")
             self.lines.append(f"{indent}for (int l = 0; l < {lanes}; ++l) {combine}")
         self.cached |= set(store)
 
@@ -442,14 +400,14 @@ class _Row:
         self.lines.append("      #pragma omp critical")
         self.lines.append("      {")
         for r in reds:
-            op, dtype = self.g.nodes[r].op, _red_dtype(self.g, r)
+            op, dtype = self.g.nodes[r].op, reduction_dtype(self.g, r)
             if op in INDEX_REDUCTIONS:  # threads arrive in any order: the first index wins ties and NaNs
                 cmp = ">" if op == "argmax" else "<"
                 nan = f"(acc{r}v != acc{r}v && (sh{r}v == sh{r}v || acc{r} < sh{r}))" if cpp_expr.is_float(dtype) else "false"
                 self.lines.append(f"        if (acc{r}v {cmp} sh{r}v || (acc{r}v == sh{r}v && acc{r} < sh{r}) || {nan}) "
                                   f"{{ sh{r}v = acc{r}v; sh{r} = acc{r}; }}")
             else:
-                self.lines.append("        " + _combine(op, dtype, f"sh{r}", f"acc{r}"))
+                self.lines.append("        " + fold(op, dtype, f"sh{r}", f"acc{r}"))
         self.lines.append("      }")
         self.lines.append("      #pragma omp barrier")
 
@@ -461,15 +419,15 @@ class _Row:
         plain = [r for r in reds if r not in sums]
         for r in plain + sums:
             node = g.nodes[r]
-            self.lines.append(f"      {cpp_expr.compute_type(node.spec.dtype)} acc{r} = {_init(node.op, node.spec.dtype)};")
+            self.lines.append(f"      {cpp_expr.compute_type(node.spec.dtype)} acc{r} = {initial_value(node.op, node.spec.dtype)};")
         self.lines.append(f"      for (int64_t c0 = 0; c0 < {self.n}; c0 += {chunk}) {{")
         self.lines.append(f"        const int64_t c1 = c0 + {chunk} < {self.n} ? c0 + {chunk} : {self.n};")
         saved = dict(self.env)
         for m in maxes:
-            self.lines.append(f"        {_ctype(g, m)} cm{m} = {_init('max', g.nodes[m].spec.dtype)};")
-        tail = [_combine(g.nodes[r].op, g.nodes[r].spec.dtype, f"acc{r}", f"{{n{g.nodes[r].inputs[0]}}}")
+            self.lines.append(f"        {_ctype(g, m)} cm{m} = {initial_value('max', g.nodes[m].spec.dtype)};")
+        tail = [fold(g.nodes[r].op, g.nodes[r].spec.dtype, f"acc{r}", f"{{n{g.nodes[r].inputs[0]}}}")
                 for r in plain if r not in maxes]
-        tail += [_combine("max", g.nodes[m].spec.dtype, f"cm{m}", f"{{n{g.nodes[m].inputs[0]}}}") for m in maxes]
+        tail += [fold("max", g.nodes[m].spec.dtype, f"cm{m}", f"{{n{g.nodes[m].inputs[0]}}}") for m in maxes]
         self.loop([g.nodes[r].inputs[0] for r in plain], tail, "c0", "c1", "        ", prefetch=prefetch)
         for m in maxes:
             fn = "kg_maxf" if _ctype(g, m) == "float" else "kg_max"

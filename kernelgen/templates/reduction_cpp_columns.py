@@ -14,6 +14,7 @@ from __future__ import annotations
 from kernelgen.codegen import cpp_expr
 from kernelgen.ir.graph import INDEX_REDUCTIONS, REDUCTION_OPS, Graph
 from kernelgen.templates.reduction import ReductionProblem
+from kernelgen.templates.reduction_cpp_ops import fold, initial_value, reduction_dtype, row_offset
 
 TILES = (4, 16, 64, 256, 1024)
 
@@ -92,25 +93,23 @@ class _Columns:
             self.env[i] = f"w{i}[c]" if i in arrays else (env[i] if node.op == "const" else self.env[node.inputs[0]])
 
     def reduce_pass(self, reds: list[int]) -> None:
-        from kernelgen.templates import reduction_cpp as rc  # (it imports this module)
-
         graph = self.g
         for r in reds:
             node = graph.nodes[r]
-            dtype = rc._red_dtype(graph, r)
+            dtype = reduction_dtype(graph, r)
             if node.op in INDEX_REDUCTIONS:
-                init = rc._init("max" if node.op == "argmax" else "min", dtype)
+                init = initial_value("max" if node.op == "argmax" else "min", dtype)
                 self.out(f"int64_t acc{r}[{self.tile}]; {cpp_expr.compute_type(dtype)} acc{r}v[{self.tile}];")
                 self.column_loop([f"acc{r}[c] = 0; acc{r}v[c] = {init};"])
             else:
                 self.out(f"{_ctype(graph, r)} acc{r}[{self.tile}];")
-                self.column_loop([f"acc{r}[c] = {rc._init(node.op, dtype)};"])
+                self.column_loop([f"acc{r}[c] = {initial_value(node.op, dtype)};"])
         self.out(f"for (int64_t j = 0; j < {self.p.row_len}; ++j) {{")
         env = self.streamed_env()
         roots = [graph.nodes[r].inputs[0] for r in reds]
         body = cpp_expr.emit(graph, cpp_expr.dag_nodes(graph, roots, env), env)
         for r in reds:
-            body.append(rc._combine(graph.nodes[r].op, rc._red_dtype(graph, r), f"acc{r}[c]",
+            body.append(fold(graph.nodes[r].op, reduction_dtype(graph, r), f"acc{r}[c]",
                                     env[graph.nodes[r].inputs[0]], f"acc{r}v[c]"))
         self.column_loop(body, 4)
         self.out("}")
@@ -137,12 +136,10 @@ class _Columns:
 
     def streamed_env(self) -> dict[int, str]:
         """Inside a loop over ``j``: declare the streamed loads' pointers at ``j``; the env reading them at ``c``."""
-        from kernelgen.templates import reduction_cpp as rc
-
         streamed = [ld for ld in self.p.loads if self.p.kinds[ld.node] == "element"]
         for ld in streamed:
             t = cpp_expr.storage_type(ld.dtype)
-            self.out(f"  const {t}* __restrict q{ld.node} = p{ld.node} + {rc.row_offset(self.p, ld, 'j')};")
+            self.out(f"  const {t}* __restrict q{ld.node} = p{ld.node} + {row_offset(self.p, ld, 'j')};")
         env = dict(self.env)
         for ld in streamed:
             stride = ld.strides[-2]

@@ -14,12 +14,12 @@ import json
 from kernelgen.backends.triton_aot import gpu_limits, gpu_space
 from kernelgen.codegen.triton_expr import (HEADER, TL_DTYPE, ExprEmitter, compute_dtype, is_float, kernel_params,
                                            offset_expr, pow2_at_least, signature_json, to_compute, to_storage)
+from kernelgen.ir.graph import INDEX_REDUCTIONS, REDUCTION_OPS
 from kernelgen.ir.space import Constraint, Param, SearchSpace
 from kernelgen.ir.target import Target
-from kernelgen.ir.graph import INDEX_REDUCTIONS, REDUCTION_OPS
+from kernelgen.ir.values import Config, FrozenMap, Source
 from kernelgen.templates.indexing import Load, dynamic_meta, dynamic_source, flat_offset
 from kernelgen.templates.reduction import ReductionProblem
-from kernelgen.ir.values import Config, FrozenMap, Source
 
 ENTRY = "kg_reduction"
 _MAX_ELEMENTS_PER_THREAD = 64  # live float32 values per thread per tile: more spills registers

@@ -14,11 +14,11 @@ from kernelgen.backends.cpp import entry_declaration
 from kernelgen.codegen import cpp_expr
 from kernelgen.ir.space import Param, SearchSpace
 from kernelgen.ir.target import Target
+from kernelgen.ir.values import Config, FrozenMap, Source
 from kernelgen.templates.indexing import dynamic_meta, dynamic_source
 from kernelgen.templates.moves import expand, touches_dim0
 from kernelgen.templates.pointwise_cpp import COORDS, PARALLEL_MIN, leaf_env
 from kernelgen.templates.scan import IDENTITY, ScanProblem, accumulator
-from kernelgen.ir.values import Config, FrozenMap, Source
 
 ENTRY = "kg_scan"
 _INFIX = {"cumsum": "+", "cumprod": "*"}

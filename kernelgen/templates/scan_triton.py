@@ -13,10 +13,10 @@ from kernelgen.codegen.triton_expr import (HEADER, TL_DTYPE, ExprEmitter, comput
 from kernelgen.errors import UnsupportedOpError
 from kernelgen.ir.space import Param, SearchSpace
 from kernelgen.ir.target import Target
+from kernelgen.ir.values import Config, FrozenMap, Source
 from kernelgen.templates.moves import expand
 from kernelgen.templates.pointwise_triton import COORDS, leaf_names
 from kernelgen.templates.scan import IDENTITY, ScanProblem
-from kernelgen.ir.values import Config, FrozenMap, Source
 
 ENTRY = "kg_scan"
 MAX_ROW = 16384  # one block holds a row: past this a block no longer fits a program's registers

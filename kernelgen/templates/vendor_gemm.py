@@ -24,15 +24,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernelgen import code_hash
-from kernelgen.ir.implementation import Implementation, Launcher
-from kernelgen.templates.implementation import REBUILD, TemplateImplementation
+from kernelgen.backends import get_backend
 from kernelgen.ir.graph import Graph, Node
+from kernelgen.ir.implementation import Implementation, Launcher
 from kernelgen.ir.space import Constraint, Param, SearchSpace
 from kernelgen.ir.target import Target
+from kernelgen.ir.values import Config, TensorSpec
 from kernelgen.templates.gemm import GemmProblem
+from kernelgen.templates.implementation import REBUILD, TemplateImplementation
 from kernelgen.templates.indexing import dynamic_source
 from kernelgen.templates.pointwise import TEMPLATE as POINTWISE
-from kernelgen.ir.values import Config, TensorSpec
 
 NAME = "aten_gemm"
 ADDMM = "bias_in_addmm"  # the config key: the row bias goes into addmm's beta*bias (True) or the epilogue
@@ -150,8 +151,6 @@ class VendorGemmImplementation(Implementation):
         """The derived hash of this module's closure (the pointwise renderer included), the backend's recipe
         and the torch version whose matmul it calls."""
         import torch
-
-        from kernelgen.backends import get_backend
 
         compiler = get_backend(self.backend)
         roots = (__name__, f"kernelgen.templates.pointwise_{self.backend}", type(compiler).__module__)

@@ -1,7 +1,7 @@
 """Tuning a shape family at one size bucket: its generic kernels measured at the bucket's size, recorded
 under the static graph of that size.
 
-``kernelgen.compile(fn, tune="auto")`` tunes a shape family (``kernelgen.runtime.families``) once per size bucket,
+``kernelgen.compile(fn, tune="auto")`` (``kernelgen.tune.auto``) tunes a shape family (``kernelgen.runtime.families``) once per size bucket,
 not per size. What runs at every size of a bucket is the family's generic kernel (the batch size a run-time
 argument), so that is what is measured: a ``BucketMember`` (``kernelgen.runtime.bucket_member``) builds the generic implementation, while its
 ``graph`` is the static graph at the bucket's size (``bucket(n)``, its representative), which draws the
@@ -79,14 +79,4 @@ def range_implementations(family: Graph, graph: Graph, impls: Sequence[Implement
     return [BucketMember(generic[i.name], graph) if i.name in generic else i for i in impls]
 
 
-def tune_bucket(generic: Sequence[Implementation], graph: Graph, *, backend: str, db: Any, trials: int | None,
-                seconds: float | None, name: str | None = None) -> Any:
-    """Tune the family's generic implementations at the static graph ``graph`` (a bucket's size) within the
-    budget; every trial is committed under ``graph``'s workload key. The declared best record, or None."""
-    from kernelgen.tune import tuner  # deferred: the tuner imports Optuna; tests replace tuner.tune_graph
-
-    return tuner.tune_graph(graph, backend=backend, db=db, trials=trials, seconds=seconds, name=name,
-                      implementations=members(generic, graph)).best
-
-
-__all__ = ["batch_size", "members", "range_family", "range_implementations", "tune_bucket"]
+__all__ = ["batch_size", "members", "range_family", "range_implementations"]

@@ -10,14 +10,15 @@ later run of the tuner confirms again.
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from kernelgen.check.measure import is_unsteady
 from kernelgen.check.baselines import EAGER, ReferenceSkipped
+from kernelgen.check.measure import UNSTEADY
+from kernelgen.check.measure import is_unsteady
+from kernelgen.db.verdict import NO_VERDICT
 from kernelgen.ir.values import (CONFIRM_PREFIX, DECLARED_PREFIX, Evidence, Measurement, Reference, Status, TimeStats,
                                  TuningRecord)
 
@@ -28,8 +29,6 @@ TIE_TOLERANCE = 0.01  # confirmed times this close are a tie, won by a default c
 # A verdict's time may be at most this multiple of what the search measured for the same config. Beyond it,
 # one of the two was disturbed; more rounds usually find a quiet moment, else no verdict is declared.
 TRIAL_AGREEMENT = 1.5
-NO_VERDICT = "no verdict"  # in the message of every record of a confirmation that declared none
-_TAG = re.compile(r"\(rounds ([0-9a-f]{8})\)")
 
 
 @dataclass(frozen=True)
@@ -187,8 +186,6 @@ def _disturbed_search(finalist: Finalist[Any], summary: Measurement) -> str:
 
 
 def _why(m: Measurement) -> str:
-    from kernelgen.check.measure import UNSTEADY
-
     return m.message[m.message.find(UNSTEADY):]
 
 
@@ -197,7 +194,7 @@ def commit_confirmation(conf: Confirmation[H], declare: bool,
                         what: str, state: Any = None) -> list[TuningRecord]:
     """Commit ``confirm``'s results: the winner with ``DECLARED_PREFIX`` when ``declare`` and nothing is in
     doubt (the tuner's verdict, which ``best()`` ranks first), everything else as a confirmed finalist.
-    Every message names the rounds (``rounds_tag``) and, when a verdict was due but refused, why. ``commit``
+    Every message names the rounds (``kernelgen.db.verdict.rounds_tag`` reads it back) and, when a verdict was due but refused, why. ``commit``
     gets the record's evidence too: it is a field of the record, the message prefix only says it to people."""
     out = []
     for i, (finalist, m) in enumerate(conf.results):
@@ -215,25 +212,5 @@ def commit_confirmation(conf: Confirmation[H], declare: bool,
     return out
 
 
-def rounds_tag(record: TuningRecord) -> str | None:
-    """The tag of the confirmation rounds that produced ``record`` (None for a search trial or an old record)."""
-    found = _TAG.search(record.measurement.message)
-    return found.group(1) if found else None
-
-
-def is_refused(record: TuningRecord) -> bool:
-    """A record of confirmation rounds that were due to declare a verdict and refused to."""
-    return rounds_tag(record) is not None and f"; {NO_VERDICT}: " in record.measurement.message
-
-
-def note_of(record: TuningRecord) -> str:
-    """What the verdict's rounds had to say ("" when nothing): what ``commit_confirmation`` appended."""
-    message = record.measurement.message
-    if rounds_tag(record) is None or "; " not in message:
-        return ""
-    return message.split("; ", 1)[1]
-
-
-__all__ = ["CONFIRM_ROUNDS", "Confirmation", "Finalist", "MAX_ROUNDS", "NO_VERDICT", "TIE_TOLERANCE",
-           "TRIAL_AGREEMENT", "commit_confirmation", "confirm", "fastest", "is_refused", "note_of",
-           "robust_time", "rounds_tag"]
+__all__ = ["CONFIRM_ROUNDS", "Confirmation", "Finalist", "MAX_ROUNDS", "TIE_TOLERANCE", "TRIAL_AGREEMENT",
+           "commit_confirmation", "confirm", "fastest", "robust_time"]

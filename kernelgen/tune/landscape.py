@@ -17,6 +17,7 @@ from typing import Any
 from kernelgen.errors import KernelgenError
 from kernelgen.ir.space import Constraint, Param, SearchSpace
 from kernelgen.ir.values import Config, Measurement, Status, TimeStats
+from kernelgen.tune.search import run_search
 
 # Failure strings Kernel Tuner stores in "time", and the status each replays as.
 FAILURES = {"CompilationFailedConfig": Status.COMPILE_ERROR, "RuntimeFailedConfig": Status.RUNTIME_ERROR,
@@ -111,8 +112,6 @@ def load_landscape(path: str | Path) -> Landscape:
 
 def replay(landscape: Landscape, budget: int, seed: int | None, sampler: str = "auto") -> list[dict[str, Any]]:
     """Run the search for ``budget`` evaluations over the landscape; ``[{"config", "time" (ms or None)}]``."""
-    from kernelgen.tune.search import run_search
-
     result = run_search(landscape.space, landscape.measure, trials=budget, sampler=sampler, seed=seed)
     return [{"config": m.config.to_json(), "time": None if m.time is None else m.time.median * 1000.0}
             for m in result.evaluated]

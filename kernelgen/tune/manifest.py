@@ -30,14 +30,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernelgen.errors import KernelgenError, ManifestError
-
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # Python 3.10: the same parser, published as tomli before it joined the standard library
     import tomli as tomllib
+
+from kernelgen.backends import backend_names, get_backend
+from kernelgen.errors import KernelgenError, ManifestError, NoTemplateError
+from kernelgen.frontend.capture import trace
 from kernelgen.ir.graph import Graph
 from kernelgen.ir.values import TensorSpec
+from kernelgen.runtime.dynamic import representatives
+from kernelgen.runtime.implementations import implementations_for
+from kernelgen.tune.bucket import range_family, range_implementations
+from kernelgen.tune.preflight import check_budget, usable_implementations
 
 OPTION_KEYS = ("backend", "trials", "seconds", "sampler", "patience", "template")
 WORKLOAD_KEYS = ("name", "function", "inputs", "shapes", "sizes", *OPTION_KEYS)
@@ -119,9 +125,6 @@ def _importable_from_cwd() -> None:
 
 
 def _workload(entry: dict[str, Any], where: str) -> Workload:
-    from kernelgen.frontend.capture import trace
-    from kernelgen.tune.tuner import check_budget
-
     _unknown_keys(entry, WORKLOAD_KEYS, where)
     name = entry.get("name")
     if not isinstance(name, str) or not name.strip():
@@ -136,7 +139,7 @@ def _workload(entry: dict[str, Any], where: str) -> Workload:
         raise ManifestError(f"{where}: {exc}") from None
     sampler = entry.get("sampler")
     if sampler is not None:
-        from kernelgen.tune.search import SAMPLERS
+        from kernelgen.tune.search import SAMPLERS  # deferred: Optuna (~1 s); explain loads manifests too
 
         if sampler not in SAMPLERS:
             raise ManifestError(f"{where}: unknown sampler {sampler!r}; choose one of {', '.join(SAMPLERS)}")
@@ -162,8 +165,6 @@ def _range_family(fn: Callable[..., Any], entry: dict[str, Any],
                   signatures: list[tuple[TensorSpec, ...]]) -> Graph | None:
     """The shape-generic graph of a workload whose size range is dim 0 of its ``inputs`` and no other dim
     (a batch size, as a shape family's); None otherwise (each representative size is tuned as a static graph)."""
-    from kernelgen.tune.bucket import range_family
-
     table, inputs = entry.get("sizes"), entry.get("inputs")
     ranged = [name for name, value in table.items() if isinstance(value, dict)] if isinstance(table, dict) else []
     if len(ranged) != 1 or not isinstance(inputs, list):
@@ -223,8 +224,6 @@ def _signatures(entry: dict[str, Any], where: str) -> list[tuple[TensorSpec, ...
 def _size_bindings(table: Any, where: str) -> list[dict[str, int]]:
     """``sizes = {name = 64, rows = {min = 1, max = 65536}}`` as one {name: size} per problem size to tune:
     a range gives its bucket representatives (``kernelgen.runtime.dynamic.representatives``)."""
-    from kernelgen.runtime.dynamic import representatives
-
     if table is None:
         return []
     if not isinstance(table, dict) or not table:
@@ -274,20 +273,12 @@ def _bind(inputs: Any, binding: dict[str, int], where: str) -> Any:
 
 
 def _backend(name: Any, where: str) -> str:
-    from kernelgen.backends import backend_names
-
     if name not in backend_names():
         raise ManifestError(f"{where}: unknown backend {name!r}; choose one of {', '.join(backend_names())}")
     return name
 
 
 def _check_implementable(graph: Graph, backend: str, template: str | None, where: str) -> None:
-    from kernelgen.errors import NoTemplateError
-    from kernelgen.runtime.implementations import implementations_for
-
-    from kernelgen.backends import get_backend
-    from kernelgen.tune.tuner import usable_implementations
-
     impls, unusable = usable_implementations(implementations_for(graph, backend), get_backend(backend).target())
     names = [impl.name for impl in impls]
     if not names:
@@ -302,12 +293,8 @@ def _check_implementable(graph: Graph, backend: str, template: str | None, where
 def workload_implementations(workload: Workload, graph: Graph) -> list[Any]:
     """The implementations to tune for one of the workload's graphs (just the template override, if set); at
     the representative sizes of a batch-size range, the generic kernels a shape family runs there."""
-    from kernelgen.runtime.implementations import implementations_for
-
     impls = implementations_for(graph, workload.backend)
     if workload.family is not None:
-        from kernelgen.tune.bucket import range_implementations
-
         impls = range_implementations(workload.family, graph, impls, workload.backend)
     return [i for i in impls if workload.template is None or i.name == workload.template]
 

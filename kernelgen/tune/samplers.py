@@ -333,7 +333,7 @@ class BayesSampler(DomainSampler):
         return tuple(int(v) for v in cands[self._rng.choice(top)])
 
     def _predict(self, X: np.ndarray, y: np.ndarray, Xc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        from kernelgen.tune.gp import GaussianProcess
+        from kernelgen.tune.gp import GaussianProcess  # deferred: SciPy, which only the Bayes sampler needs
 
         if self._gp is None:
             self._gp = GaussianProcess(X.shape[1])

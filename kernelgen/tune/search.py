@@ -18,13 +18,15 @@ from typing import Any
 import optuna
 from optuna.trial import Trial, TrialState
 
+from kernelgen.db.engine import CONNECT_TIMEOUT_S, SQLITE_BUSY_TIMEOUT_MS, parse_url, serialise_sqlite, shown
+from kernelgen.db.locks import SCHEMA_LOCK, named_lock
 from kernelgen.errors import KernelgenError
 from kernelgen.ir.space import SearchSpace
+from kernelgen.ir.values import Config, Measurement
 from kernelgen.tune.domain import Domain
 from kernelgen.tune.samplers import (ATTR_SKIPPED, ATTR_STATUS, BayesSampler, DomainSampler,
                                      ExhaustiveSampler, History, ParamValues, ProjectedSampler, RandomSampler,
                                      distributions)
-from kernelgen.ir.values import Config, Measurement
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -88,8 +90,6 @@ def make_sampler(name: str, domain: Domain, seed: int | None = None) -> DomainSa
 def _shown(storage: str | None) -> str:
     if storage is None:
         return "memory"
-    from kernelgen.db.engine import parse_url, shown
-
     try:
         return shown(parse_url(storage))
     except KernelgenError:
@@ -99,8 +99,6 @@ def _shown(storage: str | None) -> str:
 def _storage_lock(storage: str | None):
     if storage is None:
         return contextlib.nullcontext()
-    from kernelgen.db.locks import SCHEMA_LOCK, named_lock
-
     return named_lock(storage, SCHEMA_LOCK)
 
 
@@ -113,8 +111,6 @@ def open_storage(storage: str | None) -> "optuna.storages.BaseStorage | None":
     """
     if storage is None:
         return None
-    from kernelgen.db.engine import CONNECT_TIMEOUT_S, SQLITE_BUSY_TIMEOUT_MS, parse_url, serialise_sqlite
-
     backend = parse_url(storage).get_backend_name()
     connect_args = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000} if backend == "sqlite" else \
         {"connect_timeout": CONNECT_TIMEOUT_S} if backend == "postgresql" else {}

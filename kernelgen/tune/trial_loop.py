@@ -14,9 +14,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kernelgen.db.verdict import is_refused
 from kernelgen.ir.implementation import Implementation
-from kernelgen.tune.confirm import CONFIRM_ROUNDS, TIE_TOLERANCE, fastest, is_refused
 from kernelgen.ir.values import Config, Evidence, Measurement, TimeStats, TuningRecord
+from kernelgen.report.units import fmt_time
+from kernelgen.tune.confirm import CONFIRM_ROUNDS, TIE_TOLERANCE, fastest
+from kernelgen.tune.search import Searcher
 
 log = logging.getLogger(__name__)  # one INFO line per trial: the CLI shows them when stdout is not a tty
 
@@ -34,8 +37,6 @@ class TrialEvent:
 
     def line(self) -> str:
         """One plain progress line: implementation, phase, trial n/budget, config, status, time, best so far."""
-        from kernelgen.report import fmt_time
-
         m = self.record.measurement
         status = m.status.value + ("" if self.measured else " (recorded)")
         if not m.ok and m.message:
@@ -167,8 +168,6 @@ def run_workers(space: Any, state: SearchState, commit: Callable[[Measurement], 
     """
     measurers: list[Any] = []
     lock = threading.Lock()
-    from kernelgen.tune.search import Searcher
-
     searcher = Searcher(space, seed=seed, **searcher_args)
     state.start = time.monotonic()  # opening the study is not search time
     if workers == 1:

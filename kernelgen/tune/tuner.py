@@ -18,26 +18,32 @@ declared (logged, and said in the records), and the next run confirms again.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from kernelgen.errors import KernelgenError, NoTemplateError
-from kernelgen.ir.implementation import Implementation
-from kernelgen.runtime.implementations import implementations_for
-from kernelgen.ir.graph import Graph
-from kernelgen.ir.target import Target
-from kernelgen.tune.confirm import (CONFIRM_ROUNDS, NO_VERDICT, Confirmation, Finalist, commit_confirmation, confirm,
-                                    is_refused, note_of, rounds_tag)
-from kernelgen.check.measure import TimingPolicy
+from kernelgen.backends import get_backend
+from kernelgen.check import load
 from kernelgen.check.baselines import contestants
-from kernelgen.tune.trial_loop import (FunctionMeasurer, SearchState, TrialEvent, is_confirmation, pick_winner,
-                                       run_workers)
+from kernelgen.check.measure import TimingPolicy
+from kernelgen.check.worker import InProcessMeasurer, IsolatedMeasurer
+from kernelgen.db import open_db
+from kernelgen.db.verdict import NO_VERDICT, is_refused, note_of, rounds_tag
+from kernelgen.errors import NoTemplateError
+from kernelgen.ir.graph import Graph
+from kernelgen.ir.implementation import Implementation
+from kernelgen.ir.target import Target
 from kernelgen.ir.values import (Config, Evidence, FrozenMap, Measurement, Provenance, TimeStats, TuningRecord,
                                  content_hash)
+from kernelgen.runtime.implementations import implementations_for
+from kernelgen.tune.confirm import CONFIRM_ROUNDS, Confirmation, Finalist, commit_confirmation, confirm
+from kernelgen.tune.manifest import workload_implementations
+from kernelgen.tune.preflight import check_budget, usable_implementations
+from kernelgen.tune.search import mark_best
+from kernelgen.tune.trial_loop import (FunctionMeasurer, SearchState, TrialEvent, is_confirmation, pick_winner,
+                                       run_workers)
 from kernelgen.version import __version__
 
 log = logging.getLogger("kernelgen.tune")
@@ -112,19 +118,6 @@ def _status_counts(records: Sequence[TuningRecord]) -> dict[str, int]:
     return counts
 
 
-def usable_implementations(impls: Sequence[Implementation], target: Target) -> tuple[list[Implementation], list[str]]:
-    """The implementations whose search space can be built on ``target``, and why the others cannot."""
-    usable, reasons = [], []
-    for impl in impls:
-        try:
-            impl.space(target).default()
-        except Exception as exc:  # a renderer not written yet, a toolchain missing: skip, say why
-            reasons.append(f"{impl.name}: {type(exc).__name__}: {exc}")
-            continue
-        usable.append(impl)
-    return usable, reasons
-
-
 def study_name(graph: Graph, impl: Implementation, target: Target, name: str | None = None) -> str:
     """One Optuna study per (workload name, workload, implementation source, target): every worker and host
     shares it. Readable first (``kernelgen:bias_gelu:pointwise:<hash>``, as optuna-dashboard lists it); the
@@ -179,18 +172,6 @@ class _Options:
     name: str | None = None
 
 
-def check_budget(trials: int | None, seconds: float | None, patience: int | None, workers: int = 1) -> None:
-    """Raise ``KernelgenError`` for budgets no run can meet (before anything touches the database)."""
-    if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 1):
-        raise KernelgenError(f"trials={trials!r} is impossible: give a whole number of at least 1")
-    if seconds is not None and (not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds <= 0):
-        raise KernelgenError(f"seconds={seconds!r} is impossible: give a positive number of seconds")
-    if patience is not None and (not isinstance(patience, int) or patience < 1):
-        raise KernelgenError(f"patience={patience!r} is impossible: give a whole number of at least 1")
-    if not isinstance(workers, int) or workers < 1:
-        raise KernelgenError(f"workers={workers!r} is impossible: give a whole number of at least 1")
-
-
 def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: int | None = None,
                seconds: float | None = None, sampler: str = "auto", patience: int | None = None, workers: int = 1,
                seed: int | None = None, isolate: bool = True, on_trial: Callable[[TrialEvent], None] | None = None,
@@ -211,8 +192,6 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
     ``TuneResult.best`` is what dispatch will run (``TuningDB.best`` over the tuned implementations).
     Raises ``NoTemplateError`` when nothing implements the graph; per-config failures are records.
     """
-    from kernelgen.backends import get_backend
-
     check_budget(trials, seconds, patience, workers)
     if trials is None and seconds is None:
         trials = DEFAULT_TRIALS
@@ -228,8 +207,6 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
                     retune, on_trial, measure, time_eager, name or None)
     own_db = db is None
     if own_db:
-        from kernelgen.db import open_db
-
         db = open_db()
     start, started = time.monotonic(), time.time()
     try:
@@ -288,8 +265,6 @@ def _mark_studies(db: Any, graph: Graph, impls: Sequence[Implementation], target
                   best: TuningRecord | None) -> None:
     """Mark each implementation's study with what dispatch runs of it (``search.ATTR_BEST``) and whether that
     is the workload's verdict: the dashboard's "best trial" is one lucky sample, this is the verdict."""
-    from kernelgen.tune.search import mark_best
-
     for impl in impls:
         mine = best if best is not None and best.implementation == impl.name else \
             db.best(graph.workload_key, target.fingerprint, implementations={impl.name: impl.source_hash()})
@@ -317,12 +292,10 @@ def _threads_free_here(policy: TimingPolicy) -> TimingPolicy:
     record keeps the thread count it was timed with."""
     from dataclasses import replace
 
-    from kernelgen.check.load import cpus_busy_elsewhere
-
     if policy.threads is not None:
         return policy
     threads = policy.resolved_threads()
-    busy = cpus_busy_elsewhere() if threads > 1 else 0
+    busy = load.cpus_busy_elsewhere() if threads > 1 else 0
     if not busy:
         return policy
     free = max(1, threads - busy)
@@ -485,8 +458,6 @@ def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Ta
 
 
 def _measurer_factory(impl: Implementation, opts: _Options) -> Callable[[], Any]:
-    from kernelgen.check.worker import InProcessMeasurer, IsolatedMeasurer
-
     seed = 0  # inputs: the same for every config and every run, so results compare
     if opts.measure is not None:
         return lambda: FunctionMeasurer(impl, opts.measure)  # type: ignore[arg-type]
@@ -506,8 +477,6 @@ def tune_workload(workload: Any, *, db: Any = None, trials: int | None = None, s
     PyTorch (the workload's graph, op by op) is timed in the verdict's rounds on the same inputs, for the
     "vs eager" figure; an already tuned shape has none.
     """
-    from kernelgen.tune.manifest import workload_implementations
-
     check_budget(trials, seconds, patience, workers)
     results = []
     for graph in workload.graphs:

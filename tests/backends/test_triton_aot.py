@@ -20,8 +20,8 @@ from kernelgen.backends import triton_aot  # noqa: E402
 from kernelgen.backends.triton_aot import ResourceReport, aot_compile, aot_results, resource_constraints  # noqa: E402
 from kernelgen.errors import ToolchainUnavailableError  # noqa: E402
 from kernelgen.ir.target import Target  # noqa: E402
-from kernelgen.templates import gemm_triton, match  # noqa: E402
 from kernelgen.ir.values import Config, FrozenMap, Source, TensorSpec  # noqa: E402
+from kernelgen.templates import gemm_triton, match  # noqa: E402
 
 H = torch.float16
 CASES = {

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kernelgen.db.schema import head_revision, schema_number
 from kernelgen.cli import main
 from kernelgen.db import open_db
+from kernelgen.db.schema import head_revision, schema_number
 from tests.db import factories as f
 
 ROOT = Path(__file__).resolve().parents[2]

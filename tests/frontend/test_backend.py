@@ -16,6 +16,7 @@ from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 
 from kernelgen.errors import KernelgenError  # noqa: E402
 from kernelgen.frontend import dynamo_backend  # noqa: E402
+from kernelgen.frontend.decompositions import decompositions  # noqa: E402
 from kernelgen.frontend.region_op import RegionKernel  # noqa: E402
 
 dynamo_backend.register()  # what the entry point does once kernelgen is installed
@@ -181,7 +182,7 @@ def test_entry_point_names_the_backend():
 
 
 def _installed_region(fn, *inputs):
-    gm = make_fx(fn, decomposition_table=dynamo_backend.decompositions())(*inputs)
+    gm = make_fx(fn, decomposition_table=decompositions())(*inputs)
     dynamo_backend.compile_graph(gm, "test")
     call = next(n for n in gm.graph.nodes if n.target is torch.ops.kernelgen.region.default)
     return gm, call.args[0]
@@ -380,7 +381,7 @@ def test_batchnorm_eval_backward_partitions_without_a_cycle():
 def test_pooling_stays_one_aten_op():
     # Inductor's pooling rules need torch._inductor.lowering (absent where Inductor never ran) and turn one
     # ATen kernel into index arithmetic that runs op by op; kernelgen keeps pooling whole.
-    assert not [op for op in dynamo_backend.decompositions() if "pool" in op.name() and op.name().startswith("aten::")]
+    assert not [op for op in decompositions() if "pool" in op.name() and op.name().startswith("aten::")]
     x = torch.randn(1, 2, 6, 6)
     with dynamo_backend.collect() as graphs:
         got = torch.compile(lambda t: F.relu(F.max_pool2d(t, 2)) * 2, backend="kernelgen")(x)

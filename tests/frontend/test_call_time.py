@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernelgen.backends import get_backend
 from kernelgen.api import compile
+from kernelgen.backends import get_backend
 from kernelgen.errors import InputMismatchError, KernelgenError
 
 pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")

@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 import kernelgen
-from kernelgen.backends import get_backend
 from kernelgen.api import compile
+from kernelgen.backends import get_backend
 from kernelgen.errors import InputMismatchError, KernelgenError
 
 pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")

@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch.utils._pytree import tree_flatten, tree_structure
 
-from kernelgen.backends import get_backend
 from kernelgen.api import compile
+from kernelgen.backends import get_backend
 
 pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")
 

@@ -11,7 +11,8 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 
-from kernelgen.frontend.dynamo_backend import compile_graph, decompositions  # noqa: E402
+from kernelgen.frontend.decompositions import decompositions  # noqa: E402
+from kernelgen.frontend.dynamo_backend import compile_graph  # noqa: E402
 from kernelgen.frontend.partition import partition  # noqa: E402
 
 aten = torch.ops.aten

@@ -8,15 +8,15 @@ import pytest
 import torch
 from cc_helpers import BIAS_GELU_CPP, bias_gelu, launch
 
+from kernelgen.check import verdicts
+from kernelgen.custom_calls.candidates import candidates
 from kernelgen.custom_calls.verify import describe
 from kernelgen.errors import InputMismatchError, RegistryError
 from kernelgen.frontend.capture import trace
 from kernelgen.ir.reference import evaluate
-from kernelgen.custom_calls.candidates import candidates
-from kernelgen.registry import custom_call, reference_for, register_custom_call
 from kernelgen.ir.target import Target
-from kernelgen.check import verdicts as checked
 from kernelgen.ir.values import Status
+from kernelgen.registry import custom_call, reference_for, register_custom_call
 
 
 def _register(name="bg", **overrides):
@@ -88,7 +88,7 @@ def test_built_launcher_runs_validates_and_has_a_stable_identity(registry):
 def checks_here(monkeypatch):
     """Calls registered inside a test cannot be rebuilt by a worker process: check them in this one (these
     tests are about what a check finds; test_registry_isolation covers where it runs)."""
-    monkeypatch.setenv(checked.ISOLATE_ENV, "0")
+    monkeypatch.setenv(verdicts.ISOLATE_ENV, "0")
 
 
 def test_wrong_call_fails_its_check_every_time_and_the_reason_is_listed(registry, checks_here):
@@ -96,9 +96,9 @@ def test_wrong_call_fails_its_check_every_time_and_the_reason_is_listed(registry
     x, b = torch.randn(6, 40), torch.randn(40)
     (impl,) = candidates(trace(bias_gelu, x, b), "cpp")
     target = Target.current("cpp")
-    first = checked.check(impl, impl.default_config(target), target)
+    first = verdicts.check(impl, impl.default_config(target), target)
     assert first.status is Status.WRONG_RESULT and "outside" in first.message
-    assert checked.check(impl, impl.default_config(target), target) is first  # kept: not run again
+    assert verdicts.check(impl, impl.default_config(target), target) is first  # kept: not run again
     row = describe(registry.entries()[0])
     assert row["check"].startswith("failed: wrong_result:") and "outside" in row["check"]
     assert row["rejected"][0]["specs"][0]["shape"] == [6, 40]
@@ -113,7 +113,7 @@ def test_launcher_exception_is_a_failed_check(registry, checks_here):
                          replaces=bias_gelu)(broken)
     (impl,) = candidates(trace(bias_gelu, torch.randn(2, 8), torch.randn(8)), "cpp")
     target = Target.current("cpp")
-    verdict = checked.check(impl, impl.default_config(target), target)
+    verdict = verdicts.check(impl, impl.default_config(target), target)
     assert verdict.status is Status.RUNTIME_ERROR and "RuntimeError: launch went wrong" in verdict.message
 
 
@@ -159,5 +159,5 @@ def test_a_registered_tolerance_governs_the_one_check(registry, checks_here, sym
     _register(source=OFF_BY_A_LITTLE_CPP, symbol=symbol, tolerance=tolerance, replaces=bias_gelu)
     (impl,) = candidates(trace(bias_gelu, torch.randn(6, 40), torch.randn(40)), "cpp")
     target = Target.current("cpp")
-    verdict = checked.check(impl, impl.default_config(target), target)
+    verdict = verdicts.check(impl, impl.default_config(target), target)
     assert verdict.status is status, verdict.message

@@ -9,8 +9,8 @@ import torch
 import kernelgen
 from cc_helpers import BIAS_GELU_CPP, bias_gelu, launch
 
-from kernelgen.frontend.capture import trace
 from kernelgen.custom_calls.candidates import candidates
+from kernelgen.frontend.capture import trace
 from kernelgen.registry import custom_call, register_custom_call
 
 tuner = pytest.importorskip("kernelgen.tune.tuner", reason="the tuner (kernelgen/tune/tuner.py) is not built yet")

@@ -16,13 +16,13 @@ import torch
 import kernelgen
 from cc_helpers import FAULTS, FAULTY_CPP, double, import_faulty_module
 
-from kernelgen.frontend.capture import trace
-from kernelgen.custom_calls.candidates import candidates
-from kernelgen.registry import custom_call
-from kernelgen.ir.target import Target
-from kernelgen.check import verdicts as checked
+from kernelgen.check import verdicts
 from kernelgen.check.measure import TimingPolicy
+from kernelgen.custom_calls.candidates import candidates
+from kernelgen.frontend.capture import trace
+from kernelgen.ir.target import Target
 from kernelgen.ir.values import Config, Measurement, Status, TimeStats
+from kernelgen.registry import custom_call
 
 tuner = pytest.importorskip("kernelgen.tune.tuner")
 
@@ -38,7 +38,7 @@ def _calls_one(name):
 
 @pytest.fixture()
 def short_checks(monkeypatch):
-    monkeypatch.setenv(checked.TIMEOUT_ENV, str(CHECK_TIMEOUT))
+    monkeypatch.setenv(verdicts.TIMEOUT_ENV, str(CHECK_TIMEOUT))
 
 
 @pytest.mark.timeout(180)
@@ -107,14 +107,14 @@ def test_verdicts_are_kept_on_disk_under_a_complete_key(registry, tmp_path, monk
     graph = trace(_calls_one("dk"), torch.randn(4, 8))
     (impl,) = candidates(graph, "cpp")
     target = Target.current("cpp")
-    first = checked.check(impl, Config({}), target)
+    first = verdicts.check(impl, Config({}), target)
     assert first.status is Status.WRONG_RESULT and not first.cached
-    checked.forget()  # as a new process would
-    again = checked.check(impl, Config({}), target)
+    verdicts.forget()  # as a new process would
+    again = verdicts.check(impl, Config({}), target)
     assert again.status is Status.WRONG_RESULT and again.cached and again.message == first.message
     other = trace(_calls_one("dk"), torch.randn(4, 9))  # another signature is another key
     (impl9,) = candidates(other, "cpp")
-    assert not checked.check(impl9, Config({}), target).cached
+    assert not verdicts.check(impl9, Config({}), target).cached
 
 
 def test_a_timeout_is_not_kept_on_disk(registry, tmp_path, monkeypatch):
@@ -122,10 +122,10 @@ def test_a_timeout_is_not_kept_on_disk(registry, tmp_path, monkeypatch):
     import_faulty_module(tmp_path, monkeypatch, [("tk", "loops", "")])
     (impl,) = candidates(trace(_calls_one("tk"), torch.randn(4, 8)), "cpp")
     target = Target.current("cpp")
-    assert checked.check(impl, Config({}), target, timeout=2.0).status is Status.TIMEOUT
-    checked.forget()
-    digest, _ = checked._key(impl, Config({}), target, TimingPolicy().resolved_threads())
-    assert not checked._path(digest).exists()
+    assert verdicts.check(impl, Config({}), target, timeout=2.0).status is Status.TIMEOUT
+    verdicts.forget()
+    digest, _ = verdicts._key(impl, Config({}), target, TimingPolicy().resolved_threads())
+    assert not verdicts._path(digest).exists()
 
 
 FOLDER_INIT = '''
@@ -195,9 +195,9 @@ def test_a_pooled_worker_never_checks_a_stale_registration(registry, tmp_path, m
     x = torch.randn(4, 8)
     import_faulty_module(tmp_path / "v1", monkeypatch, [("again", "twice", "")])
     (first,) = candidates(trace(_calls_one("again"), x), "cpp")
-    assert checked.check(first, Config({}), Target.current("cpp")).ok
+    assert verdicts.check(first, Config({}), Target.current("cpp")).ok
     with use_registry(Registry()):
         import_faulty_module(tmp_path / "v2", monkeypatch, [("again", "thrice", "")])
         (second,) = candidates(trace(_calls_one("again"), x), "cpp")
         assert second.source_hash() != first.source_hash()
-        assert checked.check(second, Config({}), Target.current("cpp")).status is Status.WRONG_RESULT
+        assert verdicts.check(second, Config({}), Target.current("cpp")).status is Status.WRONG_RESULT

@@ -11,9 +11,9 @@ import torch
 from kernelgen.custom_calls import get_language
 from kernelgen.custom_calls.implementation import forget_verdicts
 from kernelgen.custom_calls.verify import check_entry
-from kernelgen.runtime.implementations import implementations_for
 from kernelgen.frontend.capture import trace
 from kernelgen.registry import Registry, use_registry
+from kernelgen.runtime.implementations import implementations_for
 
 HOTSPOTS = ("rms_norm", "bias_gelu")
 

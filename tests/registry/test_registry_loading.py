@@ -10,8 +10,8 @@ from importlib import metadata
 import pytest
 import torch
 
-from kernelgen.errors import RegistryError
 from kernelgen.custom_calls.candidates import candidates
+from kernelgen.errors import RegistryError
 from kernelgen.registry import Registry, custom_call, load_folder, use_registry
 
 TEAM_INIT = '''

@@ -7,10 +7,10 @@ import torch
 from cc_helpers import BIAS_GELU_CPP, bias_gelu, launch
 
 from kernelgen.custom_calls import get_language
-from kernelgen.frontend.capture import trace
 from kernelgen.custom_calls.candidates import candidates
-from kernelgen.registry import register_custom_call
+from kernelgen.frontend.capture import trace
 from kernelgen.ir.target import Target
+from kernelgen.registry import register_custom_call
 
 
 def test_prebuilt_library_and_symbol(registry):

@@ -10,11 +10,11 @@ from dataclasses import replace
 
 import pytest
 
+from kernelgen.ir.values import DECLARED_PREFIX, Status
 from kernelgen.report.data import _workload_title, summarise
 from kernelgen.report.figures import parameters_figure, trials_figure
 from kernelgen.report.page import finalists_table, render_report, write_report
 from kernelgen.report.units import fmt_time
-from kernelgen.ir.values import DECLARED_PREFIX, Status
 from tests.report.records import COMPILED_TIME, EAGER_TIME, SEARCH, workload_records
 
 pytest.importorskip("plotly")

@@ -16,8 +16,8 @@ import kernelgen
 from kernelgen.backends import get_backend
 from kernelgen.ir.reference import evaluate
 from kernelgen.ir.target import Target
-from kernelgen.templates import attention_cpp, match
 from kernelgen.ir.values import Config, FrozenMap
+from kernelgen.templates import attention_cpp, match
 
 pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")
 
@@ -199,7 +199,7 @@ def flash(causal: bool = False, scale: float | None = None) -> Any:
 
 def aten_problem(fn: Any, *inputs: Any) -> Any:
     """The attention problem of ``fn`` as the torch.compile backend lowers it (ATen graph, both outputs)."""
-    from kernelgen.frontend.partition import aten_graph_of
+    from kernelgen.frontend.patterns import aten_graph_of
     from kernelgen.ir.values import TensorSpec
 
     graph = aten_graph_of(fn, [TensorSpec.of(t) for t in inputs])

@@ -147,7 +147,7 @@ def run_graph(graph, inputs, want, config=None):
 
 def flash_graph(causal, *inputs):
     """The graph the torch.compile backend lowers for ATen's CPU flash op reading (out, logsumexp)."""
-    from kernelgen.frontend.partition import aten_graph_of
+    from kernelgen.frontend.patterns import aten_graph_of
     from kernelgen.ir.values import TensorSpec
 
     def fn(q, k, v, *mask):

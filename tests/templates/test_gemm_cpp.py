@@ -13,8 +13,8 @@ import kernelgen
 from kernelgen.backends import get_backend
 from kernelgen.ir.reference import evaluate
 from kernelgen.ir.target import Target
-from kernelgen.templates import gemm_cpp, match
 from kernelgen.ir.values import Config, FrozenMap
+from kernelgen.templates import gemm_cpp, match
 
 pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")
 

@@ -18,12 +18,12 @@ import torch
 
 import kernelgen
 from kernelgen.backends import get_backend
+from kernelgen.errors import InputMismatchError
 from kernelgen.ir.reference import evaluate
 from kernelgen.ir.target import Target
-from kernelgen.templates import match
-from kernelgen.errors import InputMismatchError
-from kernelgen.templates import pointwise_cpp
 from kernelgen.ir.values import Config, FrozenMap
+from kernelgen.templates import match
+from kernelgen.templates import pointwise_cpp
 
 TOL = {torch.float32: dict(rtol=2e-5, atol=2e-5), torch.float64: dict(rtol=1e-10, atol=1e-10),
        torch.float16: dict(rtol=2e-3, atol=2e-3), torch.bfloat16: dict(rtol=1.6e-2, atol=1.6e-2)}

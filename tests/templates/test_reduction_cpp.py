@@ -12,8 +12,8 @@ import kernelgen
 from kernelgen.backends import get_backend
 from kernelgen.ir.reference import evaluate
 from kernelgen.ir.target import Target
-from kernelgen.templates import match, reduction_cpp
 from kernelgen.ir.values import Config, FrozenMap
+from kernelgen.templates import match, reduction_cpp
 
 TOL = {torch.float32: dict(rtol=2e-5, atol=2e-5), torch.float64: dict(rtol=1e-10, atol=1e-10),
        torch.float16: dict(rtol=2e-3, atol=2e-3), torch.bfloat16: dict(rtol=1.6e-2, atol=1.6e-2)}

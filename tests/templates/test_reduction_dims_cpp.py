@@ -13,9 +13,9 @@ import kernelgen
 from kernelgen.backends import get_backend
 from kernelgen.ir.reference import evaluate
 from kernelgen.ir.target import Target
+from kernelgen.ir.values import Config
 from kernelgen.templates import match
 from kernelgen.templates import reduction_cpp_columns as columns
-from kernelgen.ir.values import Config
 
 pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")
 

@@ -14,8 +14,8 @@ import kernelgen  # noqa: E402
 from kernelgen.backends import get_backend  # noqa: E402
 from kernelgen.ir.reference import evaluate  # noqa: E402
 from kernelgen.ir.target import Target  # noqa: E402
-from kernelgen.templates import match, reduction_triton  # noqa: E402
 from kernelgen.ir.values import Config  # noqa: E402
+from kernelgen.templates import match, reduction_triton  # noqa: E402
 
 pytestmark = needs_triton
 TOL = {torch.float32: dict(rtol=2e-5, atol=2e-5), torch.float16: dict(rtol=2e-3, atol=2e-3)}

@@ -18,9 +18,9 @@ from kernelgen import code_hash  # noqa: E402
 from kernelgen.backends import get_backend  # noqa: E402
 from kernelgen.check.compare import tolerance  # noqa: E402
 from kernelgen.db import open_db  # noqa: E402
+from kernelgen.ir.values import Config, Measurement, Status, TimeStats  # noqa: E402
 from kernelgen.runtime.implementations import implementations_for  # noqa: E402
 from kernelgen.templates.vendor_gemm import ADDMM, NAME, VendorGemmImplementation  # noqa: E402
-from kernelgen.ir.values import Config, Measurement, Status, TimeStats  # noqa: E402
 
 CASES = {
     "matmul": (lambda a, b: a @ b, [(16, 32), (32, 24)]),

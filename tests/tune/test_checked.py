@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kernelgen.check import verdicts
 from kernelgen.ir.target import Target
-from kernelgen.check import verdicts as checked
 from kernelgen.ir.values import Config, Status
 
 from tune_fakes import FakeImpl, relu_add_graph
@@ -16,45 +16,45 @@ from tune_fakes import FakeImpl, relu_add_graph
 @pytest.fixture(autouse=True)
 def fresh_verdicts(tmp_path, monkeypatch):
     monkeypatch.setenv("KERNELGEN_CACHE_DIR", str(tmp_path / "cache"))
-    checked.forget()
+    verdicts.forget()
     yield
-    checked.forget()
+    verdicts.forget()
 
 
 @pytest.mark.timeout(120)
 def test_a_crashing_first_choice_falls_back_to_the_next_candidate() -> None:
     impl = FakeImpl(relu_add_graph())
     target = Target.current("cpp")
-    picked = checked.build_checked([(impl, Config(mode="segv", reps=1)), (impl, Config(mode="garbage", reps=1)),
+    picked = verdicts.build_checked([(impl, Config(mode="segv", reps=1)), (impl, Config(mode="garbage", reps=1)),
                                     (impl, Config(mode="ok", reps=1))], target)
     assert picked is not None and picked.config == Config(mode="ok", reps=1) and picked.fallback
     x, y, out = torch.randn(256), torch.randn(256), torch.empty(256)
     picked.launcher(x, y, out)  # the survivor runs here
     torch.testing.assert_close(out, torch.relu(x + y))
-    assert checked.check(impl, Config(mode="segv", reps=1), target).status is Status.RUNTIME_ERROR
+    assert verdicts.check(impl, Config(mode="segv", reps=1), target).status is Status.RUNTIME_ERROR
 
 
 @pytest.mark.timeout(120)
 def test_nothing_passes_means_none(monkeypatch) -> None:
-    monkeypatch.setenv(checked.TIMEOUT_ENV, "2")
+    monkeypatch.setenv(verdicts.TIMEOUT_ENV, "2")
     impl = FakeImpl(relu_add_graph())
-    assert checked.build_checked([(impl, Config(mode="hang", reps=1)), (impl, Config(mode="syntax", reps=1))],
+    assert verdicts.build_checked([(impl, Config(mode="hang", reps=1)), (impl, Config(mode="syntax", reps=1))],
                                  Target.current("cpp")) is None
 
 
 def test_check_timeout_must_be_positive(monkeypatch) -> None:
     from kernelgen.errors import KernelgenError
 
-    monkeypatch.setenv(checked.TIMEOUT_ENV, "-3")
+    monkeypatch.setenv(verdicts.TIMEOUT_ENV, "-3")
     with pytest.raises(KernelgenError, match="KERNELGEN_CHECK_TIMEOUT"):
-        checked.check_timeout()
+        verdicts.check_timeout()
 
 
 def test_the_key_changes_with_config_threads_and_signature() -> None:
     impl, other = FakeImpl(relu_add_graph()), FakeImpl(relu_add_graph(128))
     target = Target.current("cpp")
-    base = checked._key(impl, Config(mode="ok", reps=1), target, 1)[0]
-    assert base == checked._key(impl, Config(mode="ok", reps=1), target, 1)[0]
-    assert base != checked._key(impl, Config(mode="ok", reps=2), target, 1)[0]
-    assert base != checked._key(impl, Config(mode="ok", reps=1), target, 2)[0]
-    assert base != checked._key(other, Config(mode="ok", reps=1), target, 1)[0]
+    base = verdicts._key(impl, Config(mode="ok", reps=1), target, 1)[0]
+    assert base == verdicts._key(impl, Config(mode="ok", reps=1), target, 1)[0]
+    assert base != verdicts._key(impl, Config(mode="ok", reps=2), target, 1)[0]
+    assert base != verdicts._key(impl, Config(mode="ok", reps=1), target, 2)[0]
+    assert base != verdicts._key(other, Config(mode="ok", reps=1), target, 1)[0]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kernelgen.tune.confirm import CONFIRM_ROUNDS, MAX_ROUNDS, Finalist, confirm, robust_time
 from kernelgen.ir.values import Config, Measurement, Status, TimeStats
+from kernelgen.tune.confirm import CONFIRM_ROUNDS, MAX_ROUNDS, Finalist, confirm, robust_time
 
 
 def _stats(t: float) -> TimeStats:

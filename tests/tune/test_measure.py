@@ -7,10 +7,10 @@ import os
 import pytest
 import torch
 
-from kernelgen.ir.target import Target
 from kernelgen.check.compare import compare, make_inputs
 from kernelgen.check.measure import Bench, TimingPolicy
 from kernelgen.check.worker import IsolatedMeasurer
+from kernelgen.ir.target import Target
 from kernelgen.ir.values import Config, Status, TensorSpec
 
 from tune_fakes import FakeImpl, relu_add_graph

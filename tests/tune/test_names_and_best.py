@@ -15,12 +15,12 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 import kernelgen
 from kernelgen.cli import main
 from kernelgen.db import open_db
-from kernelgen.runtime.implementations import implementations_for
+from kernelgen.ir.values import Config, Measurement, Status, TimeStats
 from kernelgen.report import render_report, summarise
+from kernelgen.runtime.implementations import implementations_for
 from kernelgen.tune.confirm import TIE_TOLERANCE
 from kernelgen.tune.search import ATTR_BEST
 from kernelgen.tune.tuner import study_name, tune_graph
-from kernelgen.ir.values import Config, Measurement, Status, TimeStats
 
 from tune_fakes import CountingMeasurer, LandscapeImpl, relu_add_graph
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from kernelgen.cli import main
-from kernelgen.tune.landscape import LandscapeError, load_landscape, replay
 from kernelgen.ir.values import Config, Status
+from kernelgen.tune.landscape import LandscapeError, load_landscape, replay
 
 
 def write_landscape(path: Path) -> dict:

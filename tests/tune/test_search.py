@@ -8,10 +8,10 @@ import pytest
 
 from kernelgen.errors import KernelgenError
 from kernelgen.ir.space import Constraint, Param, SearchSpace
+from kernelgen.ir.values import Config, Measurement, Status, TimeStats
 from kernelgen.tune import search as search_mod
 from kernelgen.tune.domain import Domain
 from kernelgen.tune.search import SAMPLERS, Searcher, run_search
-from kernelgen.ir.values import Config, Measurement, Status, TimeStats
 
 CONCRETE = [s for s in SAMPLERS if s != "auto"]
 

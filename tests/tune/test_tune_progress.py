@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from kernelgen.api import compile
 from kernelgen.backends import get_backend
 from kernelgen.cli import main
-from kernelgen.api import compile
 
 pytestmark = [pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++"),
               pytest.mark.timeout(300)]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from kernelgen.db import open_db
 from kernelgen.check.measure import TimingPolicy
-from kernelgen.tune.tuner import CONFIRM_ROUNDS, is_confirmation, tune_graph
+from kernelgen.db import open_db
 from kernelgen.ir.values import Config, Status
+from kernelgen.tune.tuner import CONFIRM_ROUNDS, is_confirmation, tune_graph
 
 from tune_fakes import CountingMeasurer, FakeImpl, LandscapeImpl, landscape_time, relu_add_graph
 

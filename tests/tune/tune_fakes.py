@@ -9,8 +9,8 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from kernelgen.ir.implementation import Implementation
 from kernelgen.ir.graph import Graph
+from kernelgen.ir.implementation import Implementation
 from kernelgen.ir.space import Constraint, Param, SearchSpace
 from kernelgen.ir.target import Target
 from kernelgen.ir.values import Config, TensorSpec

@@ -14,6 +14,8 @@ import json
 import sqlalchemy as sa
 from alembic import op
 
+from kernelgen.ir.values import Evidence
+
 revision = "0003"
 down_revision = "0002"
 branch_labels = None
@@ -24,8 +26,6 @@ BEST_COLUMNS = ["workload_key", "target_fingerprint", "status", "evidence", "tim
 
 
 def upgrade() -> None:
-    from kernelgen.ir.values import Evidence
-
     with op.batch_alter_table("kernelgen_records") as batch:
         batch.add_column(sa.Column("evidence", sa.Integer(), nullable=False, server_default=str(int(Evidence.TRIAL))))
     records = sa.table("kernelgen_records", sa.column("record_id"), sa.column("data"), sa.column("status"),

@@ -1,0 +1,61 @@
+"""What the front end asks of an ATen fx node: its kernelgen ``TensorSpec``, whether its sizes are symbolic,
+its op packet, and whether it only reinterprets memory (a view, which stays ATen)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kernelgen.ir.values import SUPPORTED_DTYPES, TensorSpec
+
+# ATen ops that only reinterpret their input's memory: free in ATen, read by a region through strides.
+VIEW_OPS = frozenset({"view", "_unsafe_view", "reshape", "permute", "t", "transpose", "expand", "unsqueeze",
+                      "squeeze", "alias", "slice", "select", "as_strided", "diagonal", "unfold", "split",
+                      "split_with_sizes", "unbind", "narrow", "detach"})
+
+
+def spec_of(value: Any) -> TensorSpec | None:
+    """The ``TensorSpec`` of a fake tensor from ``node.meta['val']``, or None when it is not a plain tensor of a
+    supported dtype. A symbolic size or stride (Dynamo's dynamic shapes) is taken at its hint, the size of
+    the example the graph was traced with: regions are chosen on it, and each region's kernel is then built
+    for the sizes its calls bring (``kernelgen.frontend.region_op``: one generic kernel per shape family)."""
+    import torch
+
+    if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
+        return None
+    dtype = str(value.dtype).removeprefix("torch.")
+    if dtype not in SUPPORTED_DTYPES:
+        return None
+    try:
+        shape, strides = (tuple(_hint(s) for s in dims) for dims in (value.shape, value.stride()))
+    except (TypeError, ValueError, RuntimeError):  # an unbacked size (data-dependent): no hint to plan with
+        return None
+    return TensorSpec(shape, dtype, strides)
+
+
+def is_symbolic(value: Any) -> bool:
+    """Whether fake tensor ``value`` has a symbolic (dynamic) size or stride."""
+    import torch
+
+    return isinstance(value, torch.Tensor) and not all(isinstance(s, int) for s in (*value.shape, *value.stride()))
+
+
+def _hint(size: Any) -> int:
+    if isinstance(size, int):
+        return size
+    from torch.fx.experimental.symbolic_shapes import optimization_hint
+
+    return int(optimization_hint(size))
+
+
+def op_packet(node: Any) -> str:
+    """The ATen overload packet's name of a call node (``add`` for ``aten.add.Tensor``), else its target's name."""
+    target = node.target
+    return getattr(getattr(target, "overloadpacket", None), "__name__", getattr(target, "__name__", str(target)))
+
+
+def is_view(node: Any) -> bool:
+    """Whether call node ``node`` only reinterprets its input's memory (``VIEW_OPS``)."""
+    return node.op == "call_function" and op_packet(node) in VIEW_OPS
+
+
+__all__ = ["VIEW_OPS", "is_symbolic", "is_view", "op_packet", "spec_of"]
