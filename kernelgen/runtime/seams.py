@@ -68,19 +68,20 @@ def install(front_end: FrontEnd | None = None, tuner: Tuner | None = None) -> No
 
 def installed_front_end() -> FrontEnd:
     """The installed front end; ``KernelgenError`` when none is (kernelgen's package root installs one)."""
-    found = _INSTALLED.get("front_end")
-    if found is None:
-        raise KernelgenError("no front end is installed in the runtime: import kernelgen (kernelgen.api installs "
-                             "it) or pass front_end= to CompiledFunction")
-    return found
+    return _installed("front_end", "no front end is installed in the runtime: import kernelgen (kernelgen.api "
+                                   "installs it) or pass front_end= to CompiledFunction")
 
 
 def installed_tuner() -> Tuner:
     """The installed tuner; ``KernelgenError`` when none is."""
-    found = _INSTALLED.get("tuner")
+    return _installed("tuner", "tune='auto' needs a tuner installed in the runtime: import kernelgen "
+                               "(kernelgen.api installs kernelgen.tune's)")
+
+
+def _installed(kind: str, missing: str) -> Any:
+    found = _INSTALLED.get(kind)
     if found is None:
-        raise KernelgenError("tune='auto' needs a tuner installed in the runtime: import kernelgen (kernelgen.api "
-                             "installs kernelgen.tune's)")
+        raise KernelgenError(missing)
     return found
 
 

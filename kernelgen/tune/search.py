@@ -53,38 +53,45 @@ ATTR_BEST = "kernelgen_best"
 # Two knobs only: start size and candidate count.
 DEFAULT_SAMPLER = "bo"
 PENALISE_FAILURES = True  # how failures reach Optuna's samplers (tpe, cmaes, qmc); see Searcher.tell
-SAMPLERS: tuple[str, ...] = ("auto", "bo", "random", "tpe", "cmaes", "qmc", "exhaustive")
+def _tpe(domain: Domain, seed: int | None) -> DomainSampler:
+    with warnings.catch_warnings():  # "group" is marked experimental
+        warnings.simplefilter("ignore")
+        inner = optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True)
+    return ProjectedSampler(domain, inner, seed)
+
+
+def _cmaes(domain: Domain, seed: int | None) -> DomainSampler:
+    try:
+        import cmaes  # noqa: F401  (Optuna's CmaEsSampler needs it)
+    except ImportError:
+        raise KernelgenError("sampler 'cmaes' needs the cmaes package: pip install cmaes") from None
+    inner = optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False,
+                                         independent_sampler=optuna.samplers.RandomSampler(seed=seed))
+    return ProjectedSampler(domain, inner, seed)
+
+
+def _qmc(domain: Domain, seed: int | None) -> DomainSampler:
+    with warnings.catch_warnings():  # QMCSampler is marked experimental
+        warnings.simplefilter("ignore")
+        inner = optuna.samplers.QMCSampler(seed=seed, warn_asynchronous_seeding=False)
+    return ProjectedSampler(domain, inner, seed)
+
+
+# The search strategies by name: a new one is one row here (a factory of a DomainSampler over a Domain).
+STRATEGIES: dict[str, Callable[[Domain, int | None], DomainSampler]] = {
+    "bo": BayesSampler, "random": RandomSampler, "tpe": _tpe, "cmaes": _cmaes, "qmc": _qmc,
+    "exhaustive": ExhaustiveSampler,
+}
+SAMPLERS: tuple[str, ...] = ("auto", *STRATEGIES)
 
 
 def make_sampler(name: str, domain: Domain, seed: int | None = None) -> DomainSampler:
-    """The sampler called ``name`` over ``domain``; raises ``KernelgenError`` naming the valid names."""
-    if name == "auto":
-        name = DEFAULT_SAMPLER
-    if name == "bo":
-        return BayesSampler(domain, seed)
-    if name == "random":
-        return RandomSampler(domain, seed)
-    if name == "exhaustive":
-        return ExhaustiveSampler(domain, seed)
-    if name == "tpe":
-        with warnings.catch_warnings():  # "group" is marked experimental
-            warnings.simplefilter("ignore")
-            inner = optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True)
-        return ProjectedSampler(domain, inner, seed)
-    if name == "cmaes":
-        try:
-            import cmaes  # noqa: F401  (Optuna's CmaEsSampler needs it)
-        except ImportError:
-            raise KernelgenError("sampler 'cmaes' needs the cmaes package: pip install cmaes") from None
-        inner = optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False,
-                                             independent_sampler=optuna.samplers.RandomSampler(seed=seed))
-        return ProjectedSampler(domain, inner, seed)
-    if name == "qmc":
-        with warnings.catch_warnings():  # QMCSampler is marked experimental
-            warnings.simplefilter("ignore")
-            inner = optuna.samplers.QMCSampler(seed=seed, warn_asynchronous_seeding=False)
-        return ProjectedSampler(domain, inner, seed)
-    raise KernelgenError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
+    """The sampler called ``name`` over ``domain`` (``auto``: ``DEFAULT_SAMPLER``); raises ``KernelgenError``
+    naming the valid names."""
+    factory = STRATEGIES.get(DEFAULT_SAMPLER if name == "auto" else name)
+    if factory is None:
+        raise KernelgenError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
+    return factory(domain, seed)
 
 
 def _shown(storage: str | None) -> str:
@@ -326,5 +333,5 @@ def run_search(space: SearchSpace, measure: Callable[[Config], Measurement], *, 
     return SearchResult(tuple(evaluated), _best(searcher.measurements()), stop)
 
 
-__all__ = ["ATTR_BEST", "SAMPLERS", "SearchResult", "Searcher", "make_sampler", "mark_best", "open_storage",
+__all__ = ["ATTR_BEST", "SAMPLERS", "STRATEGIES", "SearchResult", "Searcher", "make_sampler", "mark_best", "open_storage",
            "run_search"]
