@@ -8,4 +8,6 @@
 - ``target``: the ``Target`` a kernel is tuned for, with its fingerprint and family.
 - ``reference``: eager evaluation of a ``Graph`` with torch ops, the executable semantics every kernel is
   checked against.
+- ``implementation``: the ``Implementation`` seam (one way to compute a graph on a backend, tunable over a
+  ``SearchSpace``) that templates and custom calls implement and the checker, runtime and tuner consume.
 """
