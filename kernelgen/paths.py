@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+
+from kernelgen.errors import KernelgenError
+
+SQLITE_MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
 
 
 def data_dir() -> Path:
@@ -53,3 +58,35 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name one file: by inode when both exist (hard links, symlinks), else by real path."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def is_sqlite_file(path: Path) -> bool:
+    """Whether ``path`` is an existing SQLite database file (read from its header, never opened by SQLite)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+    except OSError:
+        return False
+
+
+def refuse_overwrite(path: str | os.PathLike, protected: Mapping[Path, str]) -> None:
+    """Raise ``KernelgenError`` when writing ``path`` would replace data it must not: any of ``protected``
+    (a file this command reads, e.g. the open tuning database and its -wal/-shm, mapped to how it is named in
+    the message), through any spelling, symlink or hard link, or any SQLite database at all (an export or a
+    report written over one would silently end it). Call it before writing; writes stay atomic."""
+    target = Path(path)
+    for other, what in protected.items():
+        if _same_file(target, other):
+            raise KernelgenError(f"refusing to write {target}: it is {what}, which this command reads; nothing "
+                                 "was written: choose another output path")
+    if is_sqlite_file(target):
+        raise KernelgenError(f"refusing to write {target}: it is a SQLite database (a tuning database?) and "
+                             "would be replaced; nothing was written: choose another output path")

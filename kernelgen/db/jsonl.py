@@ -15,13 +15,14 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from kernelgen.db.limits import MAX_JSON_DEPTH, MAX_RECORD_CHARS, checked_row, json_depth_ok
 from kernelgen.errors import ImportFormatError, KernelgenError
 from kernelgen.ir.values import TuningRecord, canonical_json
+from kernelgen.paths import refuse_overwrite
 
 FORMAT = "kernelgen-tuning-records"
 VERSION = 2
@@ -37,13 +38,16 @@ def header() -> dict[str, Any]:
     return {"format": FORMAT, "version": VERSION, "order": "record_id"}
 
 
-def write_records(path: str | os.PathLike, records: Iterable[TuningRecord]) -> int:
+def write_records(path: str | os.PathLike, records: Iterable[TuningRecord],
+                  protected: Mapping[Path, str] | None = None) -> int:
     """Write ``records`` (ascending ``record_id``, as ``records()`` yields them) atomically; returns the count.
 
     Streams to a temporary file in the target directory and renames it over ``path``, so a reader sees
-    the old file or the complete new one.
+    the old file or the complete new one. ``path`` must not be one of ``protected`` (the database being
+    exported) nor any SQLite database: ``paths.refuse_overwrite``.
     """
     target = Path(path)
+    refuse_overwrite(target, protected or {})
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")

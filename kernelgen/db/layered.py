@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import os
+from pathlib import Path
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -58,6 +59,9 @@ class LayeredDB:
     def close(self) -> None:
         self.local.close()
         self.team.close()
+
+    def files(self) -> dict[Path, str]:
+        return {**self.team.files(), **self.local.files()}
 
     def lock(self, name: str):
         return self.local.lock(name)  # the team layer is only read: its locks guard nothing of ours
@@ -135,4 +139,4 @@ class LayeredDB:
                 "local": local, "team": team}
 
     def export(self, path: str | os.PathLike, *, target: str | None = None, workload: str | None = None) -> int:
-        return jsonl.write_records(path, self.records(target=target, workload=workload))
+        return jsonl.write_records(path, self.records(target=target, workload=workload), protected=self.files())

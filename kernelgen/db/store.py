@@ -11,6 +11,7 @@ import json
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import and_, bindparam, delete, func, insert, or_, select
@@ -18,7 +19,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 
 from kernelgen.db import jsonl
-from kernelgen.db.engine import make_engine, parse_url, shown, transaction
+from kernelgen.db.engine import make_engine, parse_url, shown, sqlite_path, transaction
 from kernelgen.db.limits import checked_row
 from kernelgen.db.locks import named_lock
 from kernelgen.db.models import RecordRow, toolchain_hash
@@ -80,6 +81,15 @@ class TuningDB:
 
     def _tx(self, *, write: bool = False, single_read: bool = False):
         return transaction(self._engine, self._url, write=write, read_only=self.read_only, single_read=single_read)
+
+    def files(self) -> dict[Path, str]:
+        """The files that hold this database (a SQLite file, its -wal, -shm and writers' lock; none for a
+        server), each mapped to how a message names it: what an output path must never replace."""
+        path = sqlite_path(self._url)
+        if path is None:
+            return {}
+        return {Path(f"{path}{suffix}"): f"{'the' if not suffix else 'a ' + suffix + ' file of the'} tuning "
+                f"database {self.url}" for suffix in ("", "-wal", "-shm", "-lock")}
 
     def lock(self, name: str):
         """A context manager holding the exclusive lock ``name`` of this database: every process and host
@@ -368,5 +378,6 @@ class TuningDB:
         }
 
     def export(self, path: str | os.PathLike, *, target: str | None = None, workload: str | None = None) -> int:
-        """Write the matching records to a JSON-lines file (atomically); returns the count."""
-        return jsonl.write_records(path, self.records(target=target, workload=workload))
+        """Write the matching records to a JSON-lines file (atomically); returns the count. Refuses a path that
+        is this database (or any SQLite database) instead of replacing it."""
+        return jsonl.write_records(path, self.records(target=target, workload=workload), protected=self.files())

@@ -14,7 +14,7 @@ from typing import Any
 
 from kernelgen.db.verdict import note_of
 from kernelgen.ir.values import Evidence, TuningRecord
-from kernelgen.paths import atomic_write_text
+from kernelgen.paths import atomic_write_text, refuse_overwrite
 from kernelgen.report.data import BestLookup, WorkloadSummary, summarise
 from kernelgen.report.figures import config_text, parameters_figure, trials_figure
 from kernelgen.report.units import fmt_ratio, fmt_time
@@ -174,6 +174,8 @@ def render_report(records: Iterable[TuningRecord], *, title: str = "kernelgen tu
 
 def write_report(db: Any, path: str | Path) -> int:
     """Write the report over every record of ``db`` to ``path`` atomically; returns the number of workloads."""
+    files = getattr(db, "files", None)
+    refuse_overwrite(path, files() if files is not None else {})  # a report written over the database ends it
     records = list(db.records())
     lookup = getattr(db, "best", None)
     atomic_write_text(Path(path), render_report(records, source=_shown_url(db), best=lookup))
