@@ -24,6 +24,7 @@ from kernelgen.errors import KernelgenError
 from kernelgen.ir.space import SearchSpace
 from kernelgen.ir.values import Config, Measurement
 from kernelgen.tune.domain import Domain
+from kernelgen.tune.leases import Heartbeat, fail_stale
 from kernelgen.tune.samplers import (ATTR_SKIPPED, ATTR_STATUS, BayesSampler, DomainSampler,
                                      ExhaustiveSampler, History, ParamValues, ProjectedSampler, RandomSampler,
                                      distributions)
@@ -83,6 +84,7 @@ STRATEGIES: dict[str, Callable[[Domain, int | None], DomainSampler]] = {
     "exhaustive": ExhaustiveSampler,
 }
 SAMPLERS: tuple[str, ...] = ("auto", *STRATEGIES)
+_HEARTBEAT = Heartbeat()  # one per process: it renews every trial this process is measuring
 
 
 def make_sampler(name: str, domain: Domain, seed: int | None = None) -> DomainSampler:
@@ -172,6 +174,9 @@ class Searcher:
             for key, value in (user_attrs or {}).items():  # what the study tunes, for the dashboard
                 if self.study.user_attrs.get(key) != value:
                     self.study.set_user_attr(key, value)
+            # A trial left RUNNING by a process that died is failed and its config queued again: else it
+            # would count as taken for ever and never be measured (kernelgen.tune.leases).
+            fail_stale(self.study)
             self._enqueue(warm_start)
 
     def _penalty(self) -> float:
@@ -210,6 +215,7 @@ class Searcher:
                 self.study.tell(trial, state=TrialState.FAIL)
                 continue
             trial.set_user_attr("config", config.to_json())
+            _HEARTBEAT.claim(trial)  # owner and heartbeat: a later run can tell if this process died mid-trial
             self._pending[config] = trial
             return config
         return None
@@ -218,6 +224,7 @@ class Searcher:
         trial = self._pending.pop(Config(dict(config)), None)
         if trial is None:
             raise KernelgenError(f"tell() for config {dict(config)} that this Searcher did not ask")
+        _HEARTBEAT.release(trial)
         trial.set_user_attr(ATTR_STATUS, measurement.status.value)
         trial.set_user_attr(ATTR_MEASUREMENT, measurement.to_json())
         if measurement.ok:
@@ -236,6 +243,7 @@ class Searcher:
         """Close an asked config without a measurement (the measurer raised); it may be asked again."""
         trial = self._pending.pop(Config(dict(config)), None)
         if trial is not None:
+            _HEARTBEAT.release(trial)
             self.study.tell(trial, state=TrialState.FAIL)
 
     def measurements(self) -> list[Measurement]:
