@@ -7,6 +7,11 @@ exits non-zero. Per-configuration failures during tuning are *not* exceptions: t
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import signal
+from collections.abc import Iterator
+
 
 class KernelgenError(Exception):
     """Root of every error kernelgen raises on purpose. ``str()`` is a one-line message."""
@@ -44,6 +49,65 @@ class ToolchainUnavailableError(KernelgenError):
 
 class CompileError(KernelgenError):
     """A rendered source failed to compile; the message carries the path of the source."""
+
+
+class EnvironmentFailure(KernelgenError):
+    """The machine failed, not the candidate: a full disk, too many open files, no memory, a compiler killed
+    by a signal. Retryable: the tuner records it as such (``Measurement.retryable``) and measures the config
+    again once the cause is gone; it is never a verdict on the config."""
+
+
+CACHE_FIX = "free space (or point KERNELGEN_CACHE_DIR elsewhere) and rerun"
+# errno values that say the machine ran out of something, whichever file or config hit them.
+_ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE, errno.ENOMEM}
+# What compilers print when the machine, not the source, failed them.
+_ENVIRONMENT_MARKERS = ("No space left on device", "Disk quota exceeded", "Too many open files",
+                        "Cannot allocate memory", "out of memory allocating", "Killed signal terminated program",
+                        "virtual memory exhausted")
+
+
+def environment_cause(exc: BaseException) -> str | None:
+    """A one-line description when ``exc`` is the environment's failure (``EnvironmentFailure``, or an
+    ``OSError`` such as ENOSPC or EMFILE), else None."""
+    if isinstance(exc, EnvironmentFailure):
+        return str(exc)
+    if isinstance(exc, OSError) and exc.errno in _ENVIRONMENT_ERRNOS:
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"{exc.strerror or exc}{where}"
+    return None
+
+
+@contextlib.contextmanager
+def environment_failures(what: str, fix: str) -> Iterator[None]:
+    """Turn an ``OSError`` of the environment (``environment_cause``) in the with-block into
+    ``EnvironmentFailure("<what>: <cause>; <fix>")``; other errors pass through unchanged."""
+    try:
+        yield
+    except OSError as exc:
+        cause = environment_cause(exc)
+        if cause is None:
+            raise
+        raise EnvironmentFailure(f"{what}: {cause}; {fix}") from None
+
+
+def compiler_failure(tool: str, source: object, returncode: int, output: str) -> KernelgenError:
+    """The error for a compiler that exited with ``returncode``: ``EnvironmentFailure`` when a signal killed
+    it (the OOM killer) or its ``output`` names an exhausted resource, else ``CompileError`` with the first
+    error line and the source's path."""
+    lines = output.splitlines()
+    if returncode < 0:
+        try:
+            how = signal.Signals(-returncode).name
+        except ValueError:
+            how = f"signal {-returncode}"
+        return EnvironmentFailure(f"{tool} was killed by {how} compiling {source} (out of memory?); nothing is "
+                                  "wrong with the candidate: free memory and rerun")
+    marker = next((line for line in lines if any(m in line for m in _ENVIRONMENT_MARKERS)), None)
+    if marker is not None:
+        return EnvironmentFailure(f"{tool} failed on {source}: {marker.strip()}; nothing is wrong with the "
+                                  "candidate: free the resource and rerun")
+    first = next((line for line in lines if "error" in line.lower()), " ".join(lines)[:300])
+    return CompileError(f"{tool} failed on {source}: {first.strip()}")
 
 
 class DatabaseError(KernelgenError):

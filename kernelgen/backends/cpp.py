@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from kernelgen.backends.base import Backend, Kernel
-from kernelgen.errors import CompileError, InputMismatchError, ToolchainUnavailableError
+from kernelgen.errors import (CACHE_FIX, CompileError, InputMismatchError, ToolchainUnavailableError, compiler_failure,
+                              environment_failures)
 from kernelgen.ir.target import Target, host_compiler_version
 from kernelgen.ir.values import Source, TensorSpec
 from kernelgen.paths import atomic_write_text, cache_dir
@@ -112,18 +113,18 @@ def build_shared_library(text: str, extra_flags: tuple[str, ...] = (), name: str
         log.debug("cpp cache hit: %s", library)
         return library
     started = time.perf_counter()
-    folder.mkdir(parents=True, exist_ok=True)
     source_path = folder / f"{name}.cpp"
-    atomic_write_text(source_path, text)
-    with tempfile.TemporaryDirectory(dir=folder, prefix=".build-") as tmp:
-        obj, tmp_lib = Path(tmp) / "kernel.o", Path(tmp) / f"{name}.so"
-        for cmd in ([cxx, *flags, "-c", str(source_path), "-o", str(obj)],
-                    [cxx, *LINK_FLAGS, str(obj), "-o", str(tmp_lib)]):
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            if proc.returncode != 0:
-                first = next((line for line in proc.stderr.splitlines() if "error" in line), proc.stderr.strip()[:300])
-                raise CompileError(f"{Path(cmd[0]).name} failed on {source_path}: {first}")
-        os.replace(tmp_lib, library)  # atomic: a concurrent loader sees the whole library or none
+    with environment_failures(f"cannot build in the kernel cache {folder}", CACHE_FIX):
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(source_path, text)
+        with tempfile.TemporaryDirectory(dir=folder, prefix=".build-") as tmp:
+            obj, tmp_lib = Path(tmp) / "kernel.o", Path(tmp) / f"{name}.so"
+            for cmd in ([cxx, *flags, "-c", str(source_path), "-o", str(obj)],
+                        [cxx, *LINK_FLAGS, str(obj), "-o", str(tmp_lib)]):
+                proc = subprocess.run(cmd, capture_output=True, text=True)
+                if proc.returncode != 0:
+                    raise compiler_failure(Path(cmd[0]).name, source_path, proc.returncode, proc.stderr)
+            os.replace(tmp_lib, library)  # atomic: a concurrent loader sees the whole library or none
     log.info("compiled %s in %.2f s (cache miss)", source_path, time.perf_counter() - started)
     return library
 

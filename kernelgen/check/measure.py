@@ -22,12 +22,12 @@ from kernelgen.backends.cpp import default_threads
 from kernelgen.check.baselines import compile_reference
 from kernelgen.check.compare import compare, make_inputs, poison
 from kernelgen.check.load import WAIT_LIMIT, LoadProbe
-from kernelgen.errors import CompileError, KernelgenError
+from kernelgen.errors import CompileError, EnvironmentFailure, KernelgenError, environment_cause
 from kernelgen.ir.graph import Graph
 from kernelgen.ir.implementation import Implementation, allocate_outputs
 from kernelgen.ir.reference import evaluate
 from kernelgen.ir.target import Target
-from kernelgen.ir.values import Config, Measurement, Status, TimeStats
+from kernelgen.ir.values import RETRYABLE_PREFIX, Config, Measurement, Status, TimeStats
 
 # Marks an ok measurement whose every timing attempt was unsteady; the rest of the message says how.
 UNSTEADY = "unsteady timing"
@@ -100,6 +100,11 @@ class Bench:
             return Measurement.failure(config, Status.INVALID, "; ".join(problems))
         try:
             launcher = self.impl.build(config, self.target)
+        except (EnvironmentFailure, OSError) as exc:  # the machine failed: retryable, no verdict on the config
+            cause = environment_cause(exc)
+            if cause is None:
+                return Measurement.failure(config, Status.COMPILE_ERROR, _unexpected(exc))
+            return Measurement.failure(config, Status.COMPILE_ERROR, RETRYABLE_PREFIX + cause)
         except CompileError as exc:
             return Measurement.failure(config, Status.COMPILE_ERROR, str(exc))
         except ValueError as exc:  # renderers reject configs their space should have excluded

@@ -26,7 +26,7 @@ from kernelgen.check.compare import tolerance
 from kernelgen.check.measure import TimingPolicy
 from kernelgen.check.worker import InProcessMeasurer, IsolatedMeasurer
 from kernelgen.errors import KernelgenError
-from kernelgen.ir.values import Config, Status
+from kernelgen.ir.values import RETRYABLE_PREFIX, Config, Status
 from kernelgen.paths import atomic_write_text, cache_dir
 from kernelgen.version import __version__
 
@@ -136,8 +136,8 @@ def _read(digest: str, fields: dict[str, Any]) -> Verdict | None:
 
 
 def _write(digest: str, fields: dict[str, Any], verdict: Verdict) -> None:
-    if verdict.status in _NOT_ON_DISK:
-        return
+    if verdict.status in _NOT_ON_DISK or verdict.message.startswith(RETRYABLE_PREFIX):
+        return  # the machine's load or a full disk now: the next process checks again
     body = {"key": fields, "status": verdict.status.value, "message": verdict.message}
     try:
         atomic_write_text(_path(digest), json.dumps(body, sort_keys=True))

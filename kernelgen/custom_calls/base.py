@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kernelgen.backends.cpp import default_threads
-from kernelgen.errors import CompileError, KernelgenError, ToolchainUnavailableError
+from kernelgen.errors import (CACHE_FIX, CompileError, KernelgenError, ToolchainUnavailableError, compiler_failure,
+                              environment_failures)
 from kernelgen.ir.values import Config
 from kernelgen.paths import atomic_write_text, cache_dir
 
@@ -193,24 +194,23 @@ def cached_build(kind: str, tool: str, text: str, suffix: str, product: str,
     out = folder / product
     if out.exists():
         return out
-    folder.mkdir(parents=True, exist_ok=True)
     src = folder / f"kernel{suffix}"
-    atomic_write_text(src, text)
-    with tempfile.TemporaryDirectory(dir=folder, prefix=".build-") as tmp:
-        tmp_out = Path(tmp) / product
-        cmd = [tool] + [part.replace("{src}", str(src)).replace("{out}", str(tmp_out)) for part in command]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
-                                  env={**os.environ, **(env or {})})
-        except subprocess.TimeoutExpired:
-            raise CompileError(f"{Path(tool).name} timed out on {src}") from None
-        if proc.returncode != 0:
-            lines = proc.stderr.splitlines() or proc.stdout.splitlines()
-            first = next((line for line in lines if "error" in line.lower()), " ".join(lines)[:300])
-            raise CompileError(f"{Path(tool).name} failed on {src}: {first.strip()}")
-        if not tmp_out.exists():  # e.g. -fsyntax-only style checks produce no file
-            tmp_out.write_text("ok\n")
-        os.replace(tmp_out, out)
+    with environment_failures(f"cannot build in the kernel cache {folder}", CACHE_FIX):
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(src, text)
+        with tempfile.TemporaryDirectory(dir=folder, prefix=".build-") as tmp:
+            tmp_out = Path(tmp) / product
+            cmd = [tool] + [part.replace("{src}", str(src)).replace("{out}", str(tmp_out)) for part in command]
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                                      env={**os.environ, **(env or {})})
+            except subprocess.TimeoutExpired:
+                raise CompileError(f"{Path(tool).name} timed out on {src}") from None
+            if proc.returncode != 0:
+                raise compiler_failure(Path(tool).name, src, proc.returncode, proc.stderr or proc.stdout)
+            if not tmp_out.exists():  # e.g. -fsyntax-only style checks produce no file
+                tmp_out.write_text("ok\n")
+            os.replace(tmp_out, out)
     return out
 
 

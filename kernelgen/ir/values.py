@@ -200,6 +200,9 @@ class Status(str, Enum):
 # records written before it was one (format 1 files, schema-3 rows).
 CONFIRM_PREFIX = "confirmed"  # re-measured interleaved with the other finalists
 DECLARED_PREFIX = "confirmed best"  # ... and declared the workload's best by the tuner
+# Prefix of a failure's message when the machine failed, not the config (a full disk, no file descriptors, a
+# killed compiler): a record of it says what happened, but it is no verdict, and the config is measured again.
+RETRYABLE_PREFIX = "retryable (environment): "
 
 
 class Evidence(IntEnum):
@@ -299,6 +302,11 @@ class Measurement:
     @property
     def ok(self) -> bool:
         return self.status is Status.OK
+
+    @property
+    def retryable(self) -> bool:
+        """A failure of the environment (``RETRYABLE_PREFIX``), not of the config: measure it again."""
+        return not self.ok and self.message.startswith(RETRYABLE_PREFIX)
 
     @classmethod
     def failure(cls, config: Config, status: Status, message: str) -> "Measurement":

@@ -16,12 +16,13 @@ from typing import Any
 
 from kernelgen.db.verdict import is_refused
 from kernelgen.ir.implementation import Implementation
-from kernelgen.ir.values import Config, Evidence, Measurement, TimeStats, TuningRecord
+from kernelgen.ir.values import RETRYABLE_PREFIX, Config, Evidence, Measurement, TimeStats, TuningRecord
 from kernelgen.report.units import fmt_time
 from kernelgen.tune.confirm import CONFIRM_ROUNDS, TIE_TOLERANCE, fastest
 from kernelgen.tune.search import Searcher
 
 log = logging.getLogger(__name__)  # one INFO line per trial: the CLI shows them when stdout is not a tty
+ENVIRONMENT_STOP = "stopped by an environment failure"  # a stop reason: free the resource and rerun
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,11 @@ class SearchState:
     def _measured_elsewhere(self) -> int:
         return self.measured_elsewhere() if self.measured_elsewhere is not None else 0
 
+    def stop(self, reason: str) -> None:
+        """End the search for every thread with ``reason`` (the first reason given stands)."""
+        with self.lock:
+            self.stop_reason = self.stop_reason or reason
+
     def finish(self, reason: str) -> None:
         with self.lock:
             self.reserved -= 1
@@ -109,8 +115,9 @@ class SearchState:
             if phase == "search":
                 self.reserved -= 1
                 if measured:
-                    self.done += 1
                     self.new_records.append(record)
+                    # A retryable failure (the machine's) spends no budget: the config is measured again.
+                    self.done += 0 if record.measurement.retryable else 1
                 t = record.measurement.time
                 if t is not None and (self.best is None or t.median < self.best):
                     self.best, self.since_best = t.median, 0
@@ -152,6 +159,14 @@ def _search_worker(searcher: Any, lock: threading.Lock, state: SearchState, comm
                 state.finish("interrupted")
                 return
             record = commit(measurement)  # commit before tell: a kill in between loses nothing
+            if measurement.retryable:
+                # The machine failed (a full disk, no file descriptors): no verdict on this config, so the study
+                # does not count it as evaluated, and the search stops: every other config would fail alike.
+                with lock:
+                    searcher.abandon(config)
+                state.report(record, measured=True)
+                state.stop(f"{ENVIRONMENT_STOP}: {measurement.message[len(RETRYABLE_PREFIX):]}")
+                return
             with lock:
                 searcher.tell(config, measurement)
             state.report(record, measured=True)

@@ -42,8 +42,8 @@ from kernelgen.tune.confirm import CONFIRM_ROUNDS, Confirmation, Finalist, commi
 from kernelgen.tune.manifest import workload_implementations
 from kernelgen.tune.preflight import check_budget, usable_implementations
 from kernelgen.tune.search import mark_best
-from kernelgen.tune.trial_loop import (FunctionMeasurer, SearchState, TrialEvent, is_confirmation, pick_winner,
-                                       run_workers)
+from kernelgen.tune.trial_loop import (ENVIRONMENT_STOP, FunctionMeasurer, SearchState, TrialEvent, is_confirmation,
+                                       pick_winner, run_workers)
 from kernelgen.version import __version__
 
 log = logging.getLogger("kernelgen.tune")
@@ -223,7 +223,8 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
                 winners.append(outcome.winner)
             rounds = outcome.rounds or rounds
         verdicts = [r for r in result.trials if r.evidence is Evidence.DECLARED]
-        if len(impls) > 1 and winners and (result.measured > 0 or not verdicts):
+        stopped = [reason for reason in result.stop_reasons.values() if reason.startswith(ENVIRONMENT_STOP)]
+        if len(impls) > 1 and winners and (result.measured > 0 or not verdicts) and not stopped:
             # One process at a time declares the verdict of a workload and target; a verdict another process
             # declared since this call began stands (one per workload and target).
             with db.lock(f"verdict:{graph.workload_key}:{target.fingerprint}"):
@@ -254,6 +255,8 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
             if rounds is not None and rounds[0].doubt and rounds[0].winner is not None:
                 # This call's rounds refused a verdict: say why, whichever earlier finalist dispatch runs.
                 result.note = note_of(rounds[1][rounds[0].winner])
+        if stopped:  # said beside the result: the rerun, once the resource is back, completes the tuning
+            result.note = f"{stopped[0]} (no config was judged by it)"
     finally:
         if own_db:
             db.close()
@@ -397,7 +400,7 @@ def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Ta
     space = impl.space(target)
     known: dict[Config, TuningRecord] = {}
     for r in prior:
-        if not is_confirmation(r):
+        if not is_confirmation(r) and not r.measurement.retryable:  # the machine's failure: measure it again
             known.setdefault(r.config, r)
     warm = [*known, impl.default_config(target)]
     for near in db.nearest(workload_key=graph.workload_key, workload_family=graph.family_key,
@@ -414,7 +417,7 @@ def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Ta
     def measured_elsewhere() -> int:
         return len({r.config for r in db.trials(graph.workload_key, target.fingerprint, implementation=impl.name,
                                                 implementation_hash=recorder.fields["implementation_hash"])
-                    if not is_confirmation(r)} - mine)
+                    if not is_confirmation(r) and not r.measurement.retryable} - mine)
 
     state = SearchState(known, trials=opts.trials, seconds=opts.seconds, patience=opts.patience,
                         on_trial=opts.on_trial, measured_elsewhere=measured_elsewhere)
@@ -424,6 +427,10 @@ def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Ta
                          warm_start=warm, user_attrs=study_attrs(graph, impl, target, opts.name))
     run_workers(space, state, commit, make_measurer, searcher_args, workers=opts.workers, seed=opts.seed)
     measured = len(state.new_records)
+    if state.stop_reason.startswith(ENVIRONMENT_STOP):
+        # No confirmation on a machine that cannot build: the next run searches on, then confirms.
+        log.warning("kernelgen tune %s %s: %s", graph.workload_key[:16], impl.name, state.stop_reason)
+        return _Outcome(prior + state.new_records, measured, state.stop_reason, None)
     # One process at a time confirms a study and declares its verdict; a process that searched alongside
     # takes the verdict committed meanwhile instead of declaring a second one.
     with db.lock(f"confirm:{searcher_args['study_name']}"):
