@@ -158,9 +158,22 @@ class TuningDB:
                 pass
         return added
 
+    def check_integrity(self, action: str) -> None:
+        """Raise DatabaseError when SQLite's ``quick_check`` finds a damaged page (a server checks itself):
+        a bulk write into a damaged file "succeeds" and may land on the damage. ``action`` is what was refused."""
+        if self._engine.dialect.name != "sqlite":
+            return
+        with self._tx(single_read=True) as conn:
+            rows = [str(r[0]) for r in conn.exec_driver_sql("PRAGMA quick_check").all()]
+        if rows != ["ok"]:
+            first = " ".join(rows[0].replace("*** in database main ***", "").split())
+            raise DatabaseError(f"{self.url} is damaged (SQLite quick_check: {first}); nothing was {action}: restore "
+                                "it from a backup, or export what is readable and import that into a new database")
+
     def import_file(self, path: str | os.PathLike) -> tuple[int, int]:
         """Import a ``kernelgen db export`` file, all or nothing; returns (added, already present)."""
         records = jsonl.read_records(path)  # validates every line before the database is touched
+        self.check_integrity("imported")
         unique = len({r.record_id for r in records})
         added = self.commit_many(records)
         return added, unique - added
@@ -181,6 +194,7 @@ class TuningDB:
             records = list(source.records())
         else:
             raise DatabaseError(f"cannot merge from {source!r}: pass an export file, a database URL or a TuningDB")
+        self.check_integrity("merged")
         added = self.commit_many(records)
         return added, len({r.record_id for r in records}) - added
 
