@@ -17,10 +17,11 @@ import os
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from kernelgen.db.limits import MAX_JSON_DEPTH, MAX_RECORD_CHARS, checked_row, json_depth_ok
 from kernelgen.errors import ImportFormatError, KernelgenError
+from kernelgen.input_limits import MAX_RECORDS_ENV, bounded_lines, max_records, too_large
 from kernelgen.ir.values import TuningRecord, canonical_json
 from kernelgen.paths import refuse_overwrite
 
@@ -133,28 +134,43 @@ def parse_record(data: Any, version: int = VERSION) -> TuningRecord:
 
 
 def read_records(path: str | os.PathLike) -> list[TuningRecord]:
-    """Every record of a file, validated; raises ImportFormatError (naming the line) on the first bad one."""
+    """Every record of a file, validated; raises ImportFormatError (naming the line) on the first bad one.
+
+    Streams the file line by line under ``kernelgen.input_limits``: a line longer than a record can be, more
+    bytes than ``KERNELGEN_MAX_FILE_BYTES`` or more records than ``KERNELGEN_MAX_IMPORT_RECORDS`` stop the
+    read with an error naming the limit (``/dev/zero`` and ``/dev/urandom`` end in one line, not in memory).
+    """
     where = str(path)
     try:
-        with open(path, encoding="utf-8", newline="") as handle:
-            lines = handle.read().split("\n")
+        with open(path, "rb") as handle:
+            return _read_lines(handle, where)
     except FileNotFoundError:
         raise ImportFormatError(f"no such file {where}: check the path") from None
     except IsADirectoryError:
         raise ImportFormatError(f"{where} is a directory: pass a .jsonl file") from None
-    except UnicodeDecodeError as err:
-        raise ImportFormatError(f"{where} is not UTF-8 text (byte {err.start}): pass a file written by "
-                                "`kernelgen db export`") from None
+    except ImportFormatError:
+        raise
+    except KernelgenError as err:  # a limit of input_limits
+        raise ImportFormatError(str(err)) from None
     except OSError as err:
         raise ImportFormatError(f"cannot read {where}: {err.strerror}") from None
-    if lines and lines[-1] == "":
-        lines.pop()  # the final newline
-    if not lines or not lines[0].strip():
-        raise ImportFormatError(f"{where} is empty: expected a {FORMAT} header line")
+
+
+def _read_lines(handle: BinaryIO, where: str) -> list[TuningRecord]:
     records: list[TuningRecord] = []
-    version = VERSION
-    for number, line in enumerate(lines, start=1):
-        line = line.rstrip("\r")
+    version, limit, offset = VERSION, max_records(), 0
+    # A record line is at most MAX_RECORD_CHARS characters of UTF-8 (4 bytes each at most), plus a "\r".
+    for number, raw in bounded_lines(handle, where, 4 * MAX_RECORD_CHARS + 1):
+        ended = raw.endswith(b"\n")
+        body = raw[:-1] if ended else raw
+        try:
+            line = body.decode("utf-8").rstrip("\r")
+        except UnicodeDecodeError as err:
+            raise ImportFormatError(f"{where} is not UTF-8 text (byte {offset + err.start}): pass a file written by "
+                                    "`kernelgen db export`") from None
+        offset += len(raw)
+        if number == 1 and not line.strip():
+            raise ImportFormatError(f"{where} is empty: expected a {FORMAT} header line")
         if number > 1 and not line.strip():
             continue  # blank lines (e.g. left by a hand merge) carry nothing
         try:
@@ -162,14 +178,18 @@ def read_records(path: str | os.PathLike) -> list[TuningRecord]:
         except _Oversized as err:
             raise ImportFormatError(f"{where} line {number}: {err}; nothing was imported") from None
         except ValueError as err:
-            hint = " (the file looks truncated)" if number == len(lines) else ""
+            hint = " (the file looks truncated)" if not ended else ""
             raise ImportFormatError(f"{where} line {number}: not valid JSON{hint} ({err}); "
                                     "nothing was imported") from None
         if number == 1:
             version = check_header(data, where)
             continue
+        if len(records) >= limit:
+            raise too_large(where, "records", limit, MAX_RECORDS_ENV)
         try:
             records.append(parse_record(data, version))
         except ValueError as err:
             raise ImportFormatError(f"{where} line {number}: {err}; nothing was imported") from None
+    if offset == 0:
+        raise ImportFormatError(f"{where} is empty: expected a {FORMAT} header line")
     return records

@@ -26,6 +26,7 @@ from kernelgen.db.models import RecordRow, toolchain_hash
 from kernelgen.db.nearest import NearestGroups, rank
 from kernelgen.db.schema import current_revision, ensure_schema, schema_number
 from kernelgen.errors import DatabaseError
+from kernelgen.input_limits import MAX_RECORDS_ENV, max_records, too_large
 from kernelgen.ir.values import Evidence, Status, TensorSpec, TuningRecord
 from kernelgen.paths import default_db_url
 
@@ -36,6 +37,16 @@ _PAGE = 2000  # rows per read page of records(): short read transactions, bounde
 
 def _decode(data: str) -> TuningRecord:
     return TuningRecord.from_json(json.loads(data))
+
+
+def _bounded(records: Iterable[TuningRecord], where: str) -> list[TuningRecord]:
+    """``records`` as a list, at most ``KERNELGEN_MAX_IMPORT_RECORDS`` of them (a merge holds them all at once)."""
+    limit, out = max_records(), []
+    for record in records:
+        if len(out) >= limit:
+            raise DatabaseError(str(too_large(where, "records", limit, MAX_RECORDS_ENV)))
+        out.append(record)
+    return out
 
 
 def _workload_clause(workload: str, by_name: bool):
@@ -187,11 +198,11 @@ class TuningDB:
         if isinstance(source, (str, os.PathLike)):
             other = TuningDB(str(source), read_only=True)
             try:
-                records = list(other.records())
+                records = _bounded(other.records(), other.url)
             finally:
                 other.close()
         elif hasattr(source, "records"):
-            records = list(source.records())
+            records = _bounded(source.records(), str(getattr(source, "url", source)))
         else:
             raise DatabaseError(f"cannot merge from {source!r}: pass an export file, a database URL or a TuningDB")
         self.check_integrity("merged")

@@ -7,14 +7,13 @@ the unchanged search runs over a whole GPU landscape without a GPU.
 
 from __future__ import annotations
 
-import gzip
 import json
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kernelgen.errors import KernelgenError
+from kernelgen.input_limits import read_bounded
 from kernelgen.ir.space import Constraint, Param, SearchSpace
 from kernelgen.ir.values import Config, Measurement, Status, TimeStats
 from kernelgen.tune.search import run_search
@@ -65,10 +64,12 @@ def load_landscape(path: str | Path) -> Landscape:
     if not path.is_file():
         raise LandscapeError(f"landscape {path}: no such file; pass a .json or .json.gz Kernel Tuner cache file")
     try:
-        raw = path.read_bytes()
-        text = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+        text = read_bounded(path)  # decompressed in a stream, at most KERNELGEN_MAX_FILE_BYTES: no gzip bomb
+    except KernelgenError as exc:
+        raise LandscapeError(f"landscape {exc}") from None
+    try:
         data = json.loads(text)
-    except (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise _fail(path, f"unreadable ({type(exc).__name__}: {exc})") from None
     if not isinstance(data, dict):
         raise _fail(path, "top level is not a JSON object")
