@@ -48,9 +48,9 @@ def make_inputs(signature: Sequence[TensorSpec], seed: int = 0) -> list[tuple[An
             base = torch.randn(size, generator=gen, dtype=torch.float32).to(dtype)
         elif dtype == torch.bool:
             base = torch.randint(0, 2, (size,), generator=gen).bool()
-        else:
+        else:  # drawn in its own dtype (the same values as drawing int64 and casting, 1/9 of the memory)
             low = 0 if dtype == torch.uint8 else -8
-            base = torch.randint(low, 9, (size,), generator=gen, dtype=torch.int64).to(dtype)
+            base = torch.randint(low, 9, (size,), generator=gen, dtype=dtype)
         out.append((base, base.as_strided(spec.shape, strides)))
     return out
 

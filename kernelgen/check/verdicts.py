@@ -22,6 +22,7 @@ from typing import Any
 
 import inspect
 
+from kernelgen.check.budget import check_bytes, too_large
 from kernelgen.check.compare import tolerance
 from kernelgen.check.measure import TimingPolicy
 from kernelgen.check.worker import InProcessMeasurer, IsolatedMeasurer
@@ -158,7 +159,11 @@ def check(impl: Any, config: Config, target: Any, *, timeout: float | None = Non
         verdict = _verdicts.get(digest)
     if verdict is None:
         verdict = _read(digest, fields)
-        if verdict is None:
+        oversized = "" if verdict is not None else too_large(check_bytes(
+            s.numel * s.itemsize for s in (*impl.graph.signature, *impl.graph.output_specs)))
+        if oversized:  # never run unchecked, and never ask a worker for more than the budget
+            verdict = Verdict(Status.RUNTIME_ERROR, RETRYABLE_PREFIX + oversized)
+        elif verdict is None:
             verdict = _run(impl, config, target, policy, check_timeout() if timeout is None else timeout)
             if not verdict.message.startswith(_SETUP_FAILED):  # the environment's fault, not the kernel's
                 _write(digest, fields, verdict)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kernelgen.backends import default_backend, get_backend
+from kernelgen.check.budget import check_bytes, too_large
 from kernelgen.errors import InputMismatchError, KernelgenError
 from kernelgen.ir.values import SUPPORTED_DTYPES
 from kernelgen.runtime import autograd
@@ -243,11 +244,16 @@ class CompiledFunction(DirectPath, GraphPath, FamilyPath, RecordChoice, Explain)
             return self._eager(f"inputs on several devices ({_describe_devices(tensors)})")
         if any(a.numel() == 0 for _, a in tensors):
             return self._eager("an input is empty (numel 0); eager handles empty tensors")
+        # Too large to check at this shape (the worker would need several times the caller's memory): its
+        # shape family's generic kernel, checked at a small batch size, serves it from the first call.
+        oversized = too_large(2 * check_bytes(a.numel() * a.element_size() for _, a in tensors))  # outputs ~ inputs
         try:
             if self.dynamic is not False:
-                entry = self._family_entry(full, layout, n_values, backend)
+                entry = self._family_entry(full, layout, n_values, backend, force=bool(oversized))
                 if entry is not None:
                     return entry
+            if oversized:
+                return self._eager(f"{oversized}; no shape family serves it")
             if self.variants >= self.max_variants:
                 return self._over_limit()
             entry = self._build_kernel(full, layout, n_values, backend)

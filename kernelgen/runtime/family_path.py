@@ -44,27 +44,29 @@ class FamilyPath:
                        f"max_variants= or {VARIANTS_ENV}); sizes a shape family serves still run its kernel")
         return Entry(eager=True)
 
-    def _family_entry(self, full: tuple, layout: Any, n_values: int, backend: Any) -> "Entry | None":
+    def _family_entry(self, full: tuple, layout: Any, n_values: int, backend: Any,
+                      force: bool = False) -> "Entry | None":
         """The entry of a call served by a shape family's generic kernel (creating the family when this
-        call makes its dims dynamic), or None: compile for the exact shapes."""
+        call makes its dims dynamic, or at once with ``force``), or None: compile for the exact shapes."""
         dims = dyn.dynamic_dims(full[:n_values], None if self.dynamic in (None, True) else self.dynamic)
         if not dims:
             return None
         # Several dims of one size may be one batch (q, k, v) or meet by chance (x [n, k] and a weight
         # [n, k]): try them together, then the first alone.
         for choice in ((dims, dims[:1]) if len(dims) > 1 else (dims,)):
-            entry = self._family_member(full, layout, n_values, choice, backend)
+            entry = self._family_member(full, layout, n_values, choice, backend, force)
             if entry is not None:
                 return entry
         return None
 
-    def _family_member(self, full: tuple, layout: Any, n_values: int, dims: tuple, backend: Any) -> "Entry | None":
+    def _family_member(self, full: tuple, layout: Any, n_values: int, dims: tuple, backend: Any,
+                       force: bool = False) -> "Entry | None":
         n = full[dims[0]].shape[0]
         fkey = (layout, backend.name, dyn.family_key(full, dims), self.callee.modes() if self._general else None)
         if fkey not in self._families:
             seen = self._sizes.setdefault(fkey, set())
             seen.add(n)
-            if self.dynamic is None and len(seen) < 2:  # as torch.compile: dynamic from the second size
+            if self.dynamic is None and len(seen) < 2 and not force:  # as torch.compile: from the second size
                 return None
             if self.variants >= self.max_variants:
                 return None
