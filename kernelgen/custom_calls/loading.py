@@ -51,6 +51,9 @@ def env_folders() -> list[Path]:
 def _error(path: Path, exc: BaseException) -> RegistryError:
     if isinstance(exc, RegistryError):
         return RegistryError(f"{path}: {exc}")
+    if isinstance(exc, SystemExit):
+        return RegistryError(f"loading custom calls from {path} failed: it called sys.exit({exc.code!r}); a registry "
+                             "module may only register custom calls: remove the exit")
     where = ""
     tb = exc.__traceback__
     while tb is not None:  # the deepest frame inside the folder being loaded names the line
@@ -72,8 +75,10 @@ def _exec(module_name: str, file: Path, package_dir: Path | None) -> None:
         spec.loader.exec_module(module)
     except BaseException as exc:
         sys.modules.pop(module_name, None)
-        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        if isinstance(exc, KeyboardInterrupt):
             raise
+        # SystemExit too: a registry module that calls sys.exit must not end kernelgen (a tune that never ran
+        # would exit 0 and pass CI); loading it is an error like any other.
         raise _error(file, exc) from exc
 
 
@@ -104,7 +109,7 @@ def load_entry_points() -> list[str]:
             obj = ep.load()
             if callable(obj) and not isinstance(obj, type):
                 obj()
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # an entry point that exits must not end kernelgen either
             raise RegistryError(f"entry point {ep.name} = {ep.value} in group {ENTRY_POINT_GROUP} failed: "
                                 f"{type(exc).__name__}: {' '.join(str(exc).split())}") from exc
         names.append(ep.name)
