@@ -55,6 +55,47 @@ def make_inputs(signature: Sequence[TensorSpec], seed: int = 0) -> list[tuple[An
     return out
 
 
+def _fill(base: Any, kind: str, gen: Any) -> Any:
+    """``base`` (a flat random buffer) turned into one value class; see ``VALUE_CLASSES``."""
+    import torch
+
+    dtype = base.dtype
+    if kind == "zeros":
+        return torch.zeros_like(base)
+    if dtype == torch.bool:
+        return torch.ones_like(base)  # all True: the other extreme of random coins
+    if dtype.is_floating_point:
+        if kind == "large":  # finite and far from 1: overflow in a square, an index computed from a value
+            big = min(torch.finfo(dtype).max ** 0.5, 1e6)
+            return base.sign() * big
+        special = torch.tensor([float("nan"), float("inf"), -float("inf")], dtype=dtype)
+        out = base.clone()
+        picks = torch.randint(0, max(1, base.numel()), (max(1, base.numel() // 16),), generator=gen)
+        out[picks] = special[torch.arange(picks.numel()) % 3]
+        return out
+    info = torch.iinfo(dtype)
+    if kind == "large":
+        return torch.where(base < 0, torch.full_like(base, info.min), torch.full_like(base, info.max))
+    return base  # integers have no NaN or Inf: the random values again
+
+
+# What a hand-written kernel (``Implementation.check_value_classes``) is checked on besides random normals: the
+# value classes real data holds that random normals never do.
+VALUE_CLASSES = ("zeros", "large", "nan_inf")
+
+
+def value_class_inputs(signature: Sequence[TensorSpec], kind: str, seed: int = 0) -> list[tuple[Any, Any]]:
+    """``make_inputs`` turned into the value class ``kind`` (one of ``VALUE_CLASSES``), same layout."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed + 1)
+    out = []
+    for base, view in make_inputs(signature, seed):
+        filled = _fill(base, kind, gen)
+        out.append((filled, filled.as_strided(view.shape, view.stride())))
+    return out
+
+
 def poison(outputs: Sequence[Any]) -> None:
     """Fill outputs with values no kernel computes by luck, so one it forgets to write fails the check."""
     import torch
@@ -96,4 +137,4 @@ def compare(actual: Any, expected: Any, dtype: str, tol: tuple[float, float] | N
             f"expected {e[index].item():.6g}")
 
 
-__all__ = ["TOLERANCES", "compare", "make_inputs", "poison", "tolerance"]
+__all__ = ["TOLERANCES", "VALUE_CLASSES", "compare", "make_inputs", "poison", "tolerance", "value_class_inputs"]

@@ -20,7 +20,7 @@ from typing import Any
 from kernelgen.backends import get_backend
 from kernelgen.backends.cpp import default_threads
 from kernelgen.check.baselines import compile_reference
-from kernelgen.check.compare import compare, make_inputs, poison
+from kernelgen.check.compare import VALUE_CLASSES, compare, make_inputs, poison, value_class_inputs
 from kernelgen.check.load import WAIT_LIMIT, LoadProbe
 from kernelgen.errors import CompileError, EnvironmentFailure, KernelgenError, environment_cause
 from kernelgen.ir.graph import Graph
@@ -122,19 +122,50 @@ class Bench:
     def check(self, config: Config) -> Measurement | None:
         """Run the built ``config`` once and compare with the reference (then the implementation's own
         check); a ``runtime_error`` / ``wrong_result`` measurement, or None when it passes."""
-        launcher = self._launchers[config]
         self._restore()
-        poison(self.outputs)
+        return self._launch_and_compare(config, self.inputs, self.outputs, self.expected, "")
+
+    def _launch_and_compare(self, config: Config, inputs: list[Any], outputs: list[Any], expected: list[Any],
+                            label: str) -> Measurement | None:
+        poison(outputs)
+        where = f"on {label} inputs: " if label else ""
         try:
-            launcher(*self.inputs, *self.outputs)
+            self._launchers[config](*inputs, *outputs)
             self.backend.synchronize()
         except Exception as exc:
-            return self._failed(config, Status.RUNTIME_ERROR, _unexpected(exc) if not isinstance(exc, KernelgenError) else str(exc))
-        for i, (out, exp, spec) in enumerate(zip(self.outputs, self.expected, self.graph.output_specs)):
+            message = str(exc) if isinstance(exc, KernelgenError) else _unexpected(exc)
+            return self._failed(config, Status.RUNTIME_ERROR, where + message)
+        for i, (out, exp, spec) in enumerate(zip(outputs, expected, self.graph.output_specs)):
             problem = compare(out, exp, spec.dtype, self.impl.tolerance(spec.dtype))
             if problem is not None:
-                return self._failed(config, Status.WRONG_RESULT, f"output {i}: {problem}")
+                return self._failed(config, Status.WRONG_RESULT, f"{where}output {i}: {problem}")
         return None
+
+    def check_classes(self, config: Config, data: list[tuple[Any, Any]] | None = None) -> Measurement | None:
+        """Run the built ``config`` once on each value class real inputs hold (``VALUE_CLASSES``: zeros, large,
+        NaN/Inf), then on ``data`` (a call's own inputs, ``(storage, view)`` pairs) when given, each against the
+        reference on the same inputs: the first failure, or None. A class the reference itself cannot run on
+        (it raises) is skipped: there is nothing to compare with."""
+        sets = [(kind, value_class_inputs(self.graph.signature, kind)) for kind in VALUE_CLASSES]
+        sets += [("the call's own", data)] if data else []
+        for label, pairs in sets:
+            failure = self._check_on(config, pairs, label)
+            if failure is not None:
+                return failure
+        return None
+
+    def _check_on(self, config: Config, pairs: list[tuple[Any, Any]], label: str) -> Measurement | None:
+        device = getattr(self, "_device", "cpu")
+        moved = [base.to(device) for base, _ in pairs]
+        custom = self.impl.custom_call_reference if "custom_call" in self.graph.ops() else None
+        try:
+            expected = reference_outputs(self.graph, [b.as_strided(v.shape, v.stride()) for b, (_, v) in
+                                                      zip(moved, pairs)], custom)
+        except Exception:  # noqa: BLE001 - eager rejects these values: no reference to hold the kernel to
+            return None
+        inputs = [b.clone().as_strided(v.shape, v.stride()) for b, (_, v) in zip(moved, pairs)]
+        outputs = [o.to(device) for o in allocate_outputs(self.graph)]
+        return self._launch_and_compare(config, inputs, outputs, expected, label)
 
     def run(self, config: Config) -> Measurement:
         """Check the built ``config`` against the reference, then time it."""

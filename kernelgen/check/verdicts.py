@@ -24,6 +24,7 @@ import inspect
 
 from kernelgen.check.budget import check_bytes, too_large
 from kernelgen.check.compare import tolerance
+from kernelgen.check.sample import sample_folder, write_sample
 from kernelgen.check.measure import TimingPolicy
 from kernelgen.check.worker import InProcessMeasurer, IsolatedMeasurer
 from kernelgen.errors import KernelgenError
@@ -146,9 +147,12 @@ def _write(digest: str, fields: dict[str, Any], verdict: Verdict) -> None:
         log.debug("could not keep the check verdict in %s: %s", _path(digest), exc)
 
 
-def check(impl: Any, config: Config, target: Any, *, timeout: float | None = None, quiet: bool = False) -> Verdict:
+def check(impl: Any, config: Config, target: Any, *, timeout: float | None = None, quiet: bool = False,
+          data: Sequence[Any] | None = None) -> Verdict:
     """The verdict of ``impl`` with ``config`` on ``target``: cached, else built and run once in a worker.
 
+    A hand-written kernel (``impl.check_value_classes``) is run on the value classes too (zeros, large,
+    NaN/Inf) and on ``data``, the call's own input tensors, when they can be sent safely (``check.sample``).
     Never raises for a faulty kernel; a worker that cannot rebuild the implementation (a custom call
     registered in ``__main__``) is a failed verdict whose message says how to make it checkable. A failure
     is logged once as a warning unless ``quiet`` (a caller that reports it itself).
@@ -164,7 +168,7 @@ def check(impl: Any, config: Config, target: Any, *, timeout: float | None = Non
         if oversized:  # never run unchecked, and never ask a worker for more than the budget
             verdict = Verdict(Status.RUNTIME_ERROR, RETRYABLE_PREFIX + oversized)
         elif verdict is None:
-            verdict = _run(impl, config, target, policy, check_timeout() if timeout is None else timeout)
+            verdict = _run(impl, config, target, policy, check_timeout() if timeout is None else timeout, data)
             if not verdict.message.startswith(_SETUP_FAILED):  # the environment's fault, not the kernel's
                 _write(digest, fields, verdict)
         with _lock:
@@ -176,14 +180,16 @@ def check(impl: Any, config: Config, target: Any, *, timeout: float | None = Non
     return verdict
 
 
-def _run(impl: Any, config: Config, target: Any, policy: Any, timeout: float) -> Verdict:
+def _run(impl: Any, config: Config, target: Any, policy: Any, timeout: float, data: Sequence[Any] | None) -> Verdict:
     if _isolated():
         measurer: Any = IsolatedMeasurer(impl, policy=policy, timeout=timeout)
     else:
         measurer = InProcessMeasurer(impl, policy=policy)
+    classes = bool(getattr(impl, "check_value_classes", False))
     try:
-        with measurer:
-            failure = measurer.check(config)
+        with measurer, sample_folder() as folder:
+            sample = write_sample(data, impl.graph.signature, folder) if classes and data is not None else None
+            failure = measurer.check(config, classes=classes, data=sample)
     except KernelgenError as exc:
         return Verdict(Status.RUNTIME_ERROR, f"{_SETUP_FAILED} ({exc}); {ISOLATE_ENV}=0 checks it in this "
                                              "process instead, where a crash ends the process")
@@ -202,8 +208,10 @@ class Checked:
     fallback: bool  # not the first choice: an earlier candidate failed its check or its build
 
 
-def build_checked(candidates: Sequence[tuple[Any, Config]], target: Any) -> Checked | None:
+def build_checked(candidates: Sequence[tuple[Any, Config]], target: Any,
+                  data: Sequence[Any] | None = None) -> Checked | None:
     """Check each (implementation, config) in order, build the first that passes; None if none does.
+    ``data``: the call's own inputs, for the check of a hand-written kernel (``check``).
 
     Each rejection is logged once (its verdict is cached), so a caller that gets None runs eagerly.
     """
@@ -212,7 +220,7 @@ def build_checked(candidates: Sequence[tuple[Any, Config]], target: Any) -> Chec
         if (impl.name, config.key()) in seen:
             continue
         seen.add((impl.name, config.key()))
-        if not check(impl, config, target).ok:
+        if not check(impl, config, target, data=data).ok:
             continue
         try:
             launcher = impl.build(config, target)

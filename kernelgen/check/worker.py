@@ -33,6 +33,7 @@ from typing import Any
 
 from kernelgen.check.baselines import COMPILE_TIMEOUT, ReferenceSkipped
 from kernelgen.check.measure import Bench, TimingPolicy, pin_threads
+from kernelgen.check.sample import read_sample
 from kernelgen.errors import KernelgenError
 from kernelgen.ir.graph import Graph
 from kernelgen.ir.target import Target
@@ -254,16 +255,17 @@ class IsolatedMeasurer:
         reply = self._build_then("run", config)
         return reply if isinstance(reply, Measurement) else Measurement.from_json(reply["measurement"])
 
-    def check(self, config: Config) -> Measurement | None:
+    def check(self, config: Config, *, classes: bool = False, data: list[dict[str, Any]] | None = None) -> Measurement | None:
         """Build ``config`` and run it once against the reference in the worker, untimed: a failure
         ``Measurement`` (compile_error, runtime_error for a crash, timeout, wrong_result), or None when it
-        passes. Raises ``KernelgenError`` only when the worker cannot set the implementation up."""
-        reply = self._build_then("check", config)
+        passes; with ``classes``, then on each value class and on ``data`` (``check.sample`` files). Raises
+        ``KernelgenError`` only when the worker cannot set the implementation up."""
+        reply = self._build_then("check", config, {"classes": classes, "data": data} if classes else {})
         if isinstance(reply, Measurement):
             return reply
         return Measurement.from_json(reply["measurement"]) if "measurement" in reply else None
 
-    def _build_then(self, op: str, config: Config) -> Measurement | dict[str, Any]:
+    def _build_then(self, op: str, config: Config, extra: dict[str, Any] | None = None) -> Measurement | dict[str, Any]:
         """Build ``config`` in the worker (bounded by ``build_timeout``), then ask ``op`` of it (bounded by
         ``timeout``): the worker's reply, or the failure ``Measurement`` of whichever step failed."""
         worker = self._ready()
@@ -272,7 +274,7 @@ class IsolatedMeasurer:
             built = worker.call({"op": "build", **payload}, self.build_timeout)
             if "measurement" in built:
                 return Measurement.from_json(built["measurement"])
-            reply = worker.call({"op": op, **payload}, self.timeout)
+            reply = worker.call({"op": op, **payload, **(extra or {})}, self.timeout)
         except WorkerDied as exc:
             log.info("%s %s: the worker died or hung (%s): %s", self._setup["implementation"], dict(config),
                      exc.status.value, exc)
@@ -332,8 +334,8 @@ class InProcessMeasurer:
     def measure(self, config: Config) -> Measurement:
         return self.bench.measure(config)
 
-    def check(self, config: Config) -> Measurement | None:
-        return self.bench.build(config) or self.bench.check(config)
+    def check(self, config: Config, *, classes: bool = False, data: list[dict[str, Any]] | None = None) -> Measurement | None:
+        return checked(self.bench, config, classes, data)
 
     def eager(self) -> TimeStats | None:
         return self.bench.time_eager()
@@ -352,6 +354,15 @@ class InProcessMeasurer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def checked(bench: Bench, config: Config, classes: bool, data: list[dict[str, Any]] | None) -> Measurement | None:
+    """The one check, in or out of a worker: build, run on random normals; with ``classes``, then on each value
+    class and on the call's own data (``check.sample``) when given."""
+    failure = bench.build(config) or bench.check(config)
+    if failure is None and classes:
+        failure = bench.check_classes(config, read_sample(data, bench.graph.signature) if data else None)
+    return failure
 
 
 # ------------------------------------------------------------------------------------------ worker side
@@ -394,7 +405,7 @@ class _Session:
         if op == "run":
             return {"measurement": self.bench.run(config).to_json()}
         if op == "check":
-            failure = self.bench.build(config) or self.bench.check(config)
+            failure = checked(self.bench, config, bool(request.get("classes")), request.get("data"))
             return {"ok": True} if failure is None else {"measurement": failure.to_json()}
         return {"error": f"unknown request {op!r}"}
 

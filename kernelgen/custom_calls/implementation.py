@@ -101,6 +101,8 @@ class _BoundLauncher:
 class CustomCallImplementation(Implementation):
     """One registered custom call (``entry``) implementing ``graph`` on ``backend`` (platform ``platform``)."""
 
+    check_value_classes = True  # hand-written: checked on zeros, large, NaN/Inf and the first call's data too
+
     def __init__(self, entry: Any, graph: Graph, backend: str, platform: str) -> None:
         self.entry = entry
         self.graph = graph

@@ -39,6 +39,10 @@ class Implementation(ABC):
     graph: Graph
     worker_factory: str | None = None
     worker_args: dict[str, Any] | None = None
+    # A kernel kernelgen did not write (a custom call) is checked on the value classes real inputs hold
+    # (zeros, large, NaN/Inf; a call's own data where safe), not only on random normals, before it runs in
+    # the caller's process: ``kernelgen.check.compare.VALUE_CLASSES``.
+    check_value_classes: bool = False
 
     @abstractmethod
     def source_hash(self) -> str:

@@ -45,7 +45,9 @@ class DirectPath:
                   sorted(graph.ops() - {"input"}), graph.workload_key[:12], [i.name for i in impls])
         impl, config, source = self._choose(graph, impls, backend.name, target)
         # Whatever the database says, a config runs here only once it passed a check in a worker process.
-        picked = build_checked(candidates_after((impl, config), impls, target), target)
+        # A hand-written kernel is checked on this call's own values too (where they can be sent safely).
+        picked = build_checked(candidates_after((impl, config), impls, target), target,
+                               data=[full[i] for i in cap.picks])
         if picked is None:
             return self._eager(f"no implementation of it passed its check here ({', '.join(i.name for i in impls)})")
         impl, config, launcher, source = picked.impl, picked.config, picked.launcher, \
