@@ -152,6 +152,13 @@ def add_pattern_tracer(tracer: PatternTracer) -> None:
             _TRACERS.append(tracer)
 
 
+def pattern_tracer_names() -> list[str]:
+    """Each pattern tracer added so far as ``"module:qualname"``: a measurement worker adds the same ones
+    (``kernelgen.custom_calls.rebuild``), so a pattern matches a region's ATen graph there as it does here."""
+    with _active_lock:
+        return [f"{t.__module__}:{t.__qualname__}" for t in _TRACERS]
+
+
 _active = Registry()
 _active_lock = threading.Lock()
 
@@ -249,5 +256,5 @@ def entries() -> list[Any]:
 
 
 
-__all__ = ["PatternTracer", "Registry", "RegistryError", "add_pattern_tracer", "custom_call", "default_registry", "entries",
+__all__ = ["PatternTracer", "Registry", "RegistryError", "add_pattern_tracer", "pattern_tracer_names", "custom_call", "default_registry", "entries",
            "load_default_registries", "load_folder", "reference_for", "register_custom_call", "use_registry"]

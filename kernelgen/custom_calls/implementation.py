@@ -25,7 +25,7 @@ from kernelgen.ir.implementation import Implementation, Launcher
 from kernelgen.ir.space import SearchSpace
 from kernelgen.ir.target import Target
 from kernelgen.ir.values import Config, TensorSpec
-from kernelgen.registry import reference_for
+from kernelgen.registry import pattern_tracer_names, reference_for
 
 REBUILD_MODULE = "kernelgen.custom_calls.rebuild"  # where a worker's factory of a custom call lives
 
@@ -34,7 +34,10 @@ def factory_for(entry: Any) -> str:
     """The ``worker_factory`` string of ``entry``'s implementations: ``REBUILD_MODULE``'s ``r_<hex JSON>``, the
     JSON saying where the registration came from (a module, or a registry folder) and the implementation."""
     module = entry.module or getattr(entry.launcher, "__module__", None)
-    spec: dict[str, str] = {"impl": entry.implementation_name}
+    spec: dict[str, Any] = {"impl": entry.implementation_name}
+    tracers = pattern_tracer_names()
+    if tracers:  # the forms a pattern is matched in here (a region's ATen graph): the worker adds the same
+        spec["tracers"] = tracers
     folder = folder_of(module)
     if folder is not None:
         spec["folder"] = folder

@@ -16,7 +16,7 @@ from typing import Any
 
 from kernelgen.custom_calls.candidates import candidates
 from kernelgen.errors import NoTemplateError
-from kernelgen.registry import default_registry
+from kernelgen.registry import add_pattern_tracer, default_registry
 
 
 def __getattr__(name: str) -> Any:
@@ -29,7 +29,11 @@ def __getattr__(name: str) -> Any:
     return functools.partial(_rebuild, spec)
 
 
-def _rebuild(spec: dict[str, str], graph: Any, backend: str) -> Any:
+def _rebuild(spec: dict[str, Any], graph: Any, backend: str) -> Any:
+    for name in spec.get("tracers", ()):  # a region's ATen form, when the parent matched the pattern in it
+        module, _, attr = name.partition(":")
+        add_pattern_tracer(getattr(importlib.import_module(module), attr))
+
     def find() -> list[Any]:
         return [c for c in candidates(graph, backend) if c.name == spec["impl"]]
 
