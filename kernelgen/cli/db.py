@@ -33,9 +33,9 @@ def _open(db: Optional[str], team_db: Optional[str] = None):
 
 
 def _open_local(db: Optional[str]):
-    from kernelgen.db import TuningDB  # deferred: SQLAlchemy, which only database commands need
+    from kernelgen.db import open_local  # deferred: SQLAlchemy, which only database commands need
 
-    return TuningDB(db)  # writes never involve the team layer
+    return open_local(db)  # writes never involve the team layer, and never land in it
 
 
 def _short(text: str, n: int = 14) -> str:
@@ -130,7 +130,8 @@ def register(app: typer.Typer) -> None:
         """Write records to a versioned JSON-lines file that diffs and merges well in git."""
         with _open(db, team_db) as store:
             n = store.export(file, target=target, workload=workload)
-            typer.echo(f"exported {n} record(s) from {store.url} to {file}")
+            damaged = f" ({len(store.damaged_rows)} damaged row(s) skipped: see the warnings)" if store.damaged_rows else ""
+            typer.echo(f"exported {n} record(s) from {store.url} to {file}{damaged}")
 
     @group.command("import")
     def import_(file: str = typer.Argument(..., help="A file written by `kernelgen db export`."),

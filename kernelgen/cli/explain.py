@@ -10,6 +10,7 @@ file (syntax-highlighted on a terminal, plain text otherwise).
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -66,13 +67,30 @@ def _workloads(target: str, workload: str | None, inputs: list[str], backend: st
 
 
 def _example(spec: Any) -> Any:
-    """A tensor matching ``spec`` (values only matter to the first check, which compares with eager)."""
+    """A tensor matching ``spec`` (values only matter to the first check, which compares with eager); an input
+    this machine cannot hold is a one-line error, not an allocator's traceback."""
     import torch
 
     dtype = getattr(torch, spec.dtype)
     strides = spec.strides or spec.contiguous_strides()
-    tensor = torch.empty_strided(spec.shape, strides, dtype=dtype)
+    need = (1 + sum((n - 1) * s for n, s in zip(spec.shape, strides))) * spec.itemsize if spec.numel else 0
+    if need > _memory():
+        raise KernelgenError(f"--input {spec.dtype}{list(spec.shape)} needs {need / 2**30:.1f} GiB, more than this "
+                             f"machine's {_memory() / 2**30:.1f} GiB: explain runs a first call on example inputs; "
+                             "give the shape you will call it with on this machine")
+    try:
+        tensor = torch.empty_strided(spec.shape, strides, dtype=dtype)
+    except RuntimeError as exc:  # the allocator refused it (e.g. the memory is in use)
+        raise KernelgenError(f"cannot allocate an example input {spec.dtype}{list(spec.shape)}: "
+                             f"{str(exc).splitlines()[0][:200]}") from None
     return tensor.normal_() if dtype.is_floating_point else tensor.zero_()
+
+
+def _memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
 
 
 def explain_workloads(workloads: list[Any], db: str | None, team_db: str | None) -> list[dict[str, Any]]:
@@ -126,7 +144,11 @@ def register(app: typer.Typer) -> None:
         print the generated C++/Triton source."""
         if backend is not None and (Path(target).is_file() or target.endswith(".toml")):
             raise KernelgenError("--backend is for the module:function form; a manifest names its backend per workload")
-        rows = explain_workloads(_workloads(target, workload, inputs or [], backend), db, team_db)
+        workloads = _workloads(target, workload, inputs or [], backend)
+        from kernelgen.db import open_db  # deferred: SQLAlchemy, only to refuse a database that cannot open
+
+        open_db(db, team_url=team_db).close()  # what explain reports comes from it: an unusable one is an error
+        rows = explain_workloads(workloads, db, team_db)
         if as_json:
             typer.echo(json.dumps(rows, indent=2))
             return

@@ -53,9 +53,7 @@ def register(app: typer.Typer) -> None:
         """Tune the workloads of MANIFEST on this machine and record every trial in the tuning database."""
         from kernelgen.tune.search import SAMPLERS  # deferred: Optuna (~1 s), which only tuning needs
 
-        check_budget(trials, seconds, patience, workers)
-        if timeout is not None and timeout <= 0:
-            raise KernelgenError(f"--timeout {timeout} is impossible: give a positive number of seconds")
+        check_budget(trials, seconds, patience, workers, timeout)
         if sampler is not None and sampler not in SAMPLERS:
             raise KernelgenError(f"unknown sampler {sampler!r}; choose one of {', '.join(SAMPLERS)}")
         workloads = load_manifest(manifest)  # every manifest error surfaces here, before the DB is opened
@@ -63,6 +61,11 @@ def register(app: typer.Typer) -> None:
         from kernelgen.db import open_db  # deferred: SQLAlchemy, which only tuning needs
 
         database = open_db(db, team_url=team_db)
+        try:
+            database.check_writable()  # every trial is committed: a read-only database is refused in one line
+        except BaseException:
+            database.close()
+            raise
         out = Console()
         if not out.is_terminal:
             out = Console(width=max(out.width, 160))  # piped or logged: do not squeeze configs into 80 columns

@@ -19,7 +19,7 @@ from kernelgen.paths import default_db_url
 
 TEAM_DB_ENV = "KERNELGEN_TEAM_DB"
 
-__all__ = ["EXPORT_FORMAT", "EXPORT_VERSION", "LayeredDB", "TEAM_DB_ENV", "TuningDB", "open_db", "upgrade_db"]
+__all__ = ["EXPORT_FORMAT", "EXPORT_VERSION", "LayeredDB", "TEAM_DB_ENV", "TuningDB", "open_db", "open_local", "upgrade_db"]
 
 
 def open_db(url: str | None = None, *, team_url: str | None = None, read_only: bool = False) -> "TuningDB | LayeredDB":
@@ -40,6 +40,16 @@ def open_db(url: str | None = None, *, team_url: str | None = None, read_only: b
         local.close()
         raise
     return LayeredDB(local, team)
+
+
+def open_local(url: str | None = None) -> TuningDB:
+    """The local database alone, for writes that never involve the team layer (import, merge, prune); refuses
+    the team database ``KERNELGEN_TEAM_DB`` however spelt, as ``open_db`` does: a consumer's writes must not
+    land in it."""
+    team_url = os.environ.get(TEAM_DB_ENV) or None
+    if team_url:
+        _refuse_same(url, team_url)
+    return TuningDB(url)
 
 
 def _refuse_same(url: str | None, team_url: str) -> None:

@@ -40,6 +40,10 @@ class LayeredDB:
         return self.team.url
 
     @property
+    def damaged_rows(self) -> set[str]:
+        return self.local.damaged_rows | self.team.damaged_rows
+
+    @property
     def read_only(self) -> bool:
         return self.local.read_only
 
@@ -67,6 +71,9 @@ class LayeredDB:
         return self.local.lock(name)  # the team layer is only read: its locks guard nothing of ours
 
     # -- writes: local layer only -----------------------------------------------------------------------
+    def check_writable(self) -> None:
+        self.local.check_writable()
+
     def commit(self, record: TuningRecord) -> bool:
         return self.local.commit(record)
 

@@ -8,13 +8,15 @@ committing the same record both succeed and it is stored once.
 from __future__ import annotations
 
 import json
+import logging
+import math
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import and_, bindparam, delete, func, insert, or_, select
+from sqlalchemy import and_, bindparam, column, delete, func, insert, or_, select, table, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 
@@ -22,7 +24,7 @@ from kernelgen.db import jsonl
 from kernelgen.db.engine import make_engine, parse_url, shown, sqlite_path, transaction
 from kernelgen.db.limits import checked_row
 from kernelgen.db.locks import named_lock
-from kernelgen.db.models import RecordRow, toolchain_hash
+from kernelgen.db.models import VERSION_TABLE, RecordRow, toolchain_hash
 from kernelgen.db.nearest import NearestGroups, rank
 from kernelgen.db.schema import current_revision, ensure_schema, schema_number
 from kernelgen.errors import DatabaseError
@@ -30,7 +32,9 @@ from kernelgen.input_limits import MAX_RECORDS_ENV, max_records, too_large
 from kernelgen.ir.values import Evidence, Status, TensorSpec, TuningRecord
 from kernelgen.paths import default_db_url
 
+log = logging.getLogger(__name__)
 T = RecordRow.__table__
+V = table(VERSION_TABLE, column("version_num"))
 _CHUNK = 500  # rows per INSERT: well under SQLite's bound-parameter limit
 _PAGE = 2000  # rows per read page of records(): short read transactions, bounded memory
 
@@ -78,6 +82,7 @@ class TuningDB:
         self._engine = make_engine(self._url, read_only=read_only)
         self._upsert: Any = None
         self._best_sql: dict[tuple[int, bool, bool], tuple[str, Sequence[str] | None, dict[str, Any]]] = {}
+        self.damaged_rows: set[str] = set()  # rows records() skipped: content changed outside kernelgen
         try:
             ensure_schema(self._engine, self._url, read_only=read_only)
         except BaseException:
@@ -169,6 +174,14 @@ class TuningDB:
                 pass
         return added
 
+    def check_writable(self) -> None:
+        """Raise ReadOnlyDatabaseError (one line, naming the database) when nothing can be written to it: a
+        tuning checks this before its first trial, instead of failing in Optuna's tables with their message."""
+        # A write that changes nothing: SQLite reports "readonly" only once a page is written, PostgreSQL refuses
+        # any write in a read-only transaction; either becomes ReadOnlyDatabaseError (engine.translate).
+        with self._tx(write=True) as conn:
+            conn.execute(update(V).values(version_num=V.c.version_num))
+
     def check_integrity(self, action: str) -> None:
         """Raise DatabaseError when SQLite's ``quick_check`` finds a damaged page (a server checks itself):
         a bulk write into a damaged file "succeeds" and may land on the damage. ``action`` is what was refused."""
@@ -229,8 +242,9 @@ class TuningDB:
     def _prune_where(older_than_days: float | None, kernelgen_version: str | None, target: str | None):
         clauses = []
         if older_than_days is not None:
-            if older_than_days < 0:
-                raise DatabaseError(f"--older-than {older_than_days} is negative: give an age in days >= 0")
+            if not math.isfinite(older_than_days) or older_than_days < 0:
+                raise DatabaseError(f"--older-than {older_than_days} is not an age: give a finite number of days >= 0; "
+                                    "nothing was removed")
             clauses.append(T.c.created_at < time.time() - older_than_days * 86400.0)
         if kernelgen_version is not None:
             clauses.append(T.c.kernelgen_version == kernelgen_version)
@@ -369,8 +383,17 @@ class TuningDB:
                     .order_by(T.c.record_id).limit(_PAGE))
             with self._tx() as conn:
                 page = conn.execute(stmt).all()
-            for _rid, data in page:
-                yield _decode(data)
+            for rid, data in page:
+                record = _decode(data)
+                if record.record_id != rid:
+                    # Changed outside kernelgen (identity is content): not exported, shown or merged as if it
+                    # were the record its id names.
+                    log.warning("%s: row %s holds a record whose content hashes to %s (changed outside "
+                                "kernelgen); skipped: delete the row or restore the database", self.url, rid,
+                                record.record_id)
+                    self.damaged_rows.add(rid)
+                    continue
+                yield record
             if len(page) < _PAGE:
                 return
             last = page[-1][0]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import math
+import sys
 from typing import Any
 
 from kernelgen.ir.values import Evidence, TuningRecord
@@ -133,11 +134,13 @@ def log_ticks(lo: float, hi: float) -> list[float]:
     """Round tick values between ``lo`` and ``hi`` (a little beyond), three to about ten of them."""
     if hi <= lo * 1.001:  # one value: plotly's range around it is its own, so one tick, at it
         return [lo]
-    lo, hi = lo / 1.01, hi * 1.01
+    lo, hi = lo / 1.01, min(hi * 1.01, sys.float_info.max)  # a time near the largest float stays finite
+    # Decades a float can hold (10.0 ** 309 overflows): a hand-made record of 1e308 s must still draw.
+    decades = range(max(math.floor(math.log10(lo)) - 1, -323), min(math.ceil(math.log10(hi)) + 2, 308) + 1)
     for mantissas in ((1,), (1, 2, 5), (1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9)):
-        candidates = [m * 10.0 ** e for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 2)
-                      for m in mantissas]
+        candidates = [t for t in (m * 10.0 ** e for e in decades for m in mantissas) if math.isfinite(t)]
         inside = [t for t in candidates if lo <= t <= hi]
+        inside = inside[::max(1, -(-len(inside) // 10))] if len(mantissas) == 1 else inside  # many decades: ~10
         if len(inside) >= 3:
             # One more on each side: the axis pads the data, and a tick there, if shown, is read too.
             below, above = [t for t in candidates if t < lo][-1:], [t for t in candidates if t > hi][:1]

@@ -12,8 +12,12 @@ from kernelgen.ir.implementation import Implementation
 from kernelgen.ir.target import Target
 
 
-def check_budget(trials: int | None, seconds: float | None, patience: int | None, workers: int = 1) -> None:
+def check_budget(trials: int | None, seconds: float | None, patience: int | None, workers: int = 1,
+                 timeout: float | None = None) -> None:
     """Raise ``KernelgenError`` for budgets no run can meet (before anything touches the database)."""
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not math.isfinite(timeout) or timeout <= 0):
+        raise KernelgenError(f"timeout={timeout!r} is impossible: give a positive, finite number of seconds")
     if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 1):
         raise KernelgenError(f"trials={trials!r} is impossible: give a whole number of at least 1")
     if seconds is not None and (not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds <= 0):

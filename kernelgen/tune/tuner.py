@@ -192,7 +192,7 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
     ``TuneResult.best`` is what dispatch will run (``TuningDB.best`` over the tuned implementations).
     Raises ``NoTemplateError`` when nothing implements the graph; per-config failures are records.
     """
-    check_budget(trials, seconds, patience, workers)
+    check_budget(trials, seconds, patience, workers, timeout)
     if trials is None and seconds is None:
         trials = DEFAULT_TRIALS
     impls = list(implementations) if implementations is not None else implementations_for(graph, backend)
@@ -209,6 +209,14 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
     if own_db:
         db = open_db()
     start, started = time.monotonic(), time.time()
+    check_writable = getattr(db, "check_writable", None)
+    if check_writable is not None:  # every trial is committed: a read-only database is refused before the first
+        try:
+            check_writable()
+        except BaseException:
+            if own_db:
+                db.close()
+            raise
     try:
         result = TuneResult(graph=graph, backend=backend, target=target, best=None, trials=[], measured=0,
                             name=name or "")
@@ -484,7 +492,7 @@ def tune_workload(workload: Any, *, db: Any = None, trials: int | None = None, s
     PyTorch (the workload's graph, op by op) is timed in the verdict's rounds on the same inputs, for the
     "vs eager" figure; an already tuned shape has none.
     """
-    check_budget(trials, seconds, patience, workers)
+    check_budget(trials, seconds, patience, workers, timeout)
     results = []
     for graph in workload.graphs:
         result = tune_graph(
