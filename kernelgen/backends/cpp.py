@@ -14,8 +14,8 @@ tensor, so a launcher is still called with tensors only and one compiled kernel 
 
 Why compile and link separately: gcc links ``crtfastmath.o`` into a shared library linked with
 ``-ffast-math``, and loading it turns on flush-to-zero for the whole process, silently changing torch's
-numerics. We compile with ``-ffast-math`` (needed to vectorise erf/tanh/exp) minus its finite-math
-assumption (see ``compile_flags``) and link without it.
+numerics. No flag of the recipe is a fast-math one any more (see ``compile_flags``), and the link step
+stays free of them whatever ``extra_flags`` a source adds.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from kernelgen.ir.values import Source, TensorSpec
 from kernelgen.paths import atomic_write_text, cache_dir
 
 log = logging.getLogger(__name__)
-_CACHE_VERSION = "2"  # bump when the compile or link recipe changes
+_CACHE_VERSION = "3"  # bump when the compile or link recipe changes
 
 
 def compiler() -> str:
@@ -51,22 +51,25 @@ def compiler() -> str:
 
 @functools.lru_cache(maxsize=None)
 def compile_flags() -> tuple[str, ...]:
-    """Flags for the host CPU. ``-mprefer-vector-width=512`` only where AVX-512 exists.
+    """Flags for the host CPU, chosen by what eager guarantees. ``-mprefer-vector-width=512`` only where AVX-512
+    exists.
 
-    Eager PyTorch's NaN/Inf placement and integer wraparound are the contract, so two parts of
-    ``-ffast-math`` are undone. ``-fno-finite-math-only``: with it gcc may assume no nan/inf, and it did
-    (relu and max dropped nan; 1/sqrt(inf) and x/inf went through rsqrt/rcp estimates whose Newton step gives
-    inf * 0 = nan, so rmsnorm with one inf had a whole nan row). ``-fwrapv``: signed overflow wraps, as in
-    torch, instead of being undefined. What it costs, checked with ``-fopt-info-vec`` on rendered gelu,
-    softmax, logsumexp, amax and rmsnorm kernels (g++ 12, AVX-512): every hot loop still vectorises once
-    max/min are compare-and-select (``kg_maxf``) and libmvec is declared by hand (``cpp_expr.PRELUDE``);
-    glibc declares it only under ``__FAST_MATH__``, which this flag turns off. Measured against the old
-    flags and kernels ([1024, 4096] fp32, one thread, min of 15 interleaved runs, on a shared 2-core
-    machine): gelu, gelu-tanh, rmsnorm, exp+tanh within 5%, softmax 1.15x, amax 1.45x and logsumexp 1.4-1.6x
-    slower (a nan-propagating max is compare + max + blend where it was one vmaxps).
+    Eager PyTorch's IEEE division, NaN/Inf placement, signed zeros and integer wraparound are the contract, so
+    no ``-ffast-math``. It broke each: reciprocal math turned ``x / y`` into ``x * (1/y)`` (22-56 of 128
+    elements differed from eager for a broadcast divisor, and ``-fno-reciprocal-math`` after ``-ffast-math``
+    did not stop gcc 12), reassociation turned the backward of ``(x / nz, z / nz)`` at nz = -0 into -inf where
+    eager gives NaN, no-signed-zeros lost -0. What is kept: ``-fno-math-errno`` (libm calls may be vectorised
+    through libmvec, declared in ``cpp_prelude``; erf/tanh/exp are inline rationals and polynomials that need
+    no flag), ``-fno-trapping-math`` (no FP traps are ever enabled), ``-ffp-contract=fast`` (FMAs, as
+    ``-std=c++17`` would otherwise forbid: GEMM micro-kernels depend on them), ``-fwrapv`` (signed overflow
+    wraps as in torch). Sums that gcc vectorised by reassociating go through ``omp simd reduction(+:...)``
+    or explicit partial sums in the templates: the only reordering left, scoped to a sum. Measured side by
+    side with the old flags on ``benchmarks/bench_kernels.py``'s workloads (one process, interleaved, on a
+    loaded 2-core EPYC): every pointwise and reduction row within noise or faster, GEMM and attention
+    1.03-1.06x slower (their vector-extension code lost gcc's freedom to reassociate).
     """
-    flags = ["-O3", "-march=native", "-ffast-math", "-fno-finite-math-only", "-fwrapv", "-fopenmp", "-fPIC",
-             "-std=c++17", "-fno-plt"]
+    flags = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast", "-fwrapv",
+             "-fopenmp", "-fPIC", "-std=c++17", "-fno-plt"]
     if "avx512f" in Target.current("cpp").features:
         flags.append("-mprefer-vector-width=512")
     return tuple(flags)

@@ -12,7 +12,7 @@ from typing import Any
 
 from kernelgen.ir.values import TensorSpec
 
-# (rtol, atol) per output dtype. Loose enough for -ffast-math (vectorised erf/tanh, reassociated sums),
+# (rtol, atol) per output dtype. Loose enough for vectorised erf/tanh approximations and reordered sums,
 # tight enough that a wrong tile index or an unwritten block is far outside. Other dtypes compare exactly.
 TOLERANCES: dict[str, tuple[float, float]] = {
     "float64": (1e-6, 1e-7),

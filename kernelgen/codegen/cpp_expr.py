@@ -9,7 +9,7 @@ these pieces, so the IR's numerics live in one place. Typical use inside a loop 
     lines.append(store(out_dtype, "out0[i]", env[graph.outputs[0]]))      # env now names every emitted node
 
 Leaves in ``env`` must already be in ``compute_type`` of their node's dtype (``load`` converts for you).
-The emitted code is plain scalar C++: inside a simple counted loop gcc -O3 -ffast-math -fno-finite-math-only
+The emitted code is plain scalar C++: inside a simple counted loop gcc -O3 (IEEE flags: backends/cpp.py)
 vectorises it and calls libmvec for expf/logf/erff/tanhf/sinf/expm1f... (declared in ``PRELUDE``).
 """
 

@@ -75,7 +75,7 @@ static inline uint16_t kg_f2bf(float x) {
   const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   return (uint16_t)(((u & 0x7fffffffu) > 0x7f800000u) ? ((u >> 16) | 0x40u) : r);
 }
-// Sources are compiled with -ffast-math -fno-finite-math-only (see backends/cpp.py), so comparisons see nan
+// Sources are compiled with IEEE semantics (no -ffast-math, see backends/cpp.py), so comparisons see nan
 // and these plain selects compile to vector compare + blend. fmaxf/fminf would drop a nan (eager propagates
 // it) and are scalar libm calls without -ffinite-math-only. The nested form is deliberate: gcc 12 did not
 // vectorise `(a > b | a != a) ? a : b` in a loop that also held relu's select; this form it does.
@@ -137,7 +137,7 @@ static inline float kg_tanhf_approx(float x) {
 // Integer and float division as eager rounds it (c10's div_floor_floating / div_floor_integer and ATen's
 // remainder kernels): Python's floor division and a remainder with the divisor's sign. Integer divisors are
 // constants other than 0 and -1 (the renderer refuses the rest: eager raises on 0, INT_MIN / -1 traps).
-// Signs of zeros are read from the bits: under -ffast-math (no signed zeros) gcc replaced b by +0.0 inside
+// Signs of zeros are read from the bits: under -ffast-math (no signed zeros, the old flags) gcc replaced b by +0.0 inside
 // `if (b == 0)`, so x // -0.0 gave +inf.
 template <typename T> static inline T kg_floordiv_fp(T a, T b) {
   using U = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;

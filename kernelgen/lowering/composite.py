@@ -49,8 +49,8 @@ def _softmax(log: bool, b: Any, args: tuple, kwargs: dict, meta: Any, where: str
     total = b.reduce("sum", e, dims)
     if log:
         out = b.elementwise("sub", (shifted, b.elementwise("log", (total,))))
-    else:
-        out = b.elementwise("div", (e, total))
+    else:  # times the row's reciprocal, as eager's vectorised softmax computes it (not a division per element)
+        out = b.elementwise("mul", (e, b.elementwise("reciprocal", (total,))))
     return cast_to(b, out, meta.dtype) if meta is not None else out
 
 

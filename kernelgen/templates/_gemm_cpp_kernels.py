@@ -83,7 +83,7 @@ static void pack_b_panel(const b_t* __restrict B, int64_t k0, int64_t kc, int64_
 
 # The MR x NR register tile: t[MR][NR] = sum_k a[k][:] (outer) b[k][:]. GCC vector extensions instead of
 # intrinsics: the same code is AVX2 or AVX-512 FMA on x86 (64-byte vectors where the target has zmm;
-# -ffast-math contracts c += a * b into vfmadd), NEON elsewhere, serves float64 too, and spares every
+# -ffp-contract=fast contracts c += a * b into vfmadd), NEON elsewhere, serves float64 too, and spares every
 # compile the 0.6 s <immintrin.h> costs.
 MICROKERNEL = r"""
 typedef acc_t vacc __attribute__((vector_size(@VECTOR_BYTES@)));

@@ -118,7 +118,7 @@ static inline vacc vexp(vacc x) {
   // n = round(x / ln2): truncation of a negative number minus one half rounds to nearest
   const vint ni = __builtin_convertvector(xc * acc_t(1.4426950408889634) - acc_t(0.5), vint);
   const vacc n = __builtin_convertvector(ni, vacc);
-  // ln2 split in two: n * LN2_HI is exact, so t keeps its low bits (written as two steps; -ffast-math may
+  // ln2 split in two: n * LN2_HI is exact, so t keeps its low bits (written as two steps; -ffp-contract may
   // fuse them into FMAs, which only helps)
   const vacc t = (xc - n * acc_t(F32 ? 0.693145751953125 : 0.6931471803691238)) -
                  n * acc_t(F32 ? 1.428606765330187e-06 : 1.9082149292705877e-10);

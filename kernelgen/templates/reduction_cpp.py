@@ -306,13 +306,15 @@ class _Row:
 
     def loop(self, roots: list[int], tail: list[str], lo: str | None = None, hi: str | None = None,
              indent: str = "      ", store: list[int] = (), prefetch: bool = False,
-             reductions: list[int] = (), partials: bool = False) -> None:
+             reductions: list[int] = (), partials: bool = False, tail_sums: list[str] = ()) -> None:
         """A loop over the row computing the element DAG of ``roots``, then ``tail`` (``{n<id>}`` = value),
         folding each of ``reductions`` into ``acc<id>``, then storing the values ``store`` into their row
         buffers. With ``prefetch`` the loop runs in blocks, each first prefetching the same stretch of the
         next row of every streamed load. With ``partials`` the reductions go through REDUCE_LANES partial
         accumulators, so the combine's latency does not serialise the loop (gcc keeps one vector
-        accumulator otherwise)."""
+        accumulator otherwise). Sums folded straight into their accumulator (and ``tail_sums``, accumulators
+        ``tail`` adds to) get ``omp simd reduction(+:...)``: IEEE flags (no -fassociative-math, see
+        backends/cpp.py) let gcc reorder that sum, and nothing else, into vector partial sums."""
         self.hoist(roots + list(store))
         lo, hi = lo or self.lo, hi or self.hi
         nested = self.nested(lo, hi) and not prefetch
@@ -362,15 +364,20 @@ class _Row:
             self.lines.append(f"{inner}  }}")
             self.lines.append(f"{inner}}}")
             lo = "j0"
+        sums = [f"acc{r}" for r in reductions if r not in laned and self.g.nodes[r].op == "sum"
+                and cpp_expr.is_float(reduction_dtype(self.g, r))] + list(tail_sums)
+        simd = f"#pragma omp simd reduction(+:{','.join(sums)})" if sums else ""
         if nested:
             groups = self.n // self.inner
             self.lines.append(f"{inner}for (int64_t jo = 0; jo < {groups}; ++jo) {{")
+            self.lines += [f"{inner}  {simd}"] if simd else []
             self.lines.append(f"{inner}  for (int64_t ji = 0; ji < {self.inner}; ++ji) {{")
             self.lines.append(f"{inner}    const int64_t j = jo * {self.inner} + ji;")
             self.lines += [inner + "    " + b for b in body + combines("acc{r}", list(reductions)) + stores]
             self.lines.append(f"{inner}  }}")
             self.lines.append(f"{inner}}}")
         else:
+            self.lines += [f"{inner}{simd}"] if simd else []
             self.lines.append(f"{inner}for (int64_t j = {lo}; j < {hi}; ++j) {{")
             self.lines += [inner + "  " + b for b in body + combines("acc{r}", list(reductions)) + stores]
             self.lines.append(f"{inner}}}")
@@ -437,7 +444,8 @@ class _Row:
         self.env.update({m: f"mn{m}" for m in maxes})
         # the sums' own element DAG (exp(a - m)) evaluated against the chunk's new running max
         self.loop([g.nodes[s].inputs[0] for s in sums],
-                  [f"cs{s} += {{n{g.nodes[s].inputs[0]}}};" for s in sums], "c0", "c1", "        ")
+                  [f"cs{s} += {{n{g.nodes[s].inputs[0]}}};" for s in sums], "c0", "c1", "        ",
+                  tail_sums=[f"cs{s}" for s in sums if cpp_expr.is_float(g.nodes[s].spec.dtype)])
         for s in sums:
             m = pairs[s]
             exp = "expf" if _ctype(g, s) == "float" else "exp"
