@@ -28,7 +28,7 @@ from kernelgen.runtime.explain import Explain
 from kernelgen.runtime.family_path import FamilyPath
 from kernelgen.runtime.family_path import max_variants as max_variants_of
 from kernelgen.runtime.graph_path import GraphPath
-from kernelgen.runtime.outputs import fill_out
+from kernelgen.runtime.outputs import fill_out, refuse_aliasing
 from kernelgen.runtime.records import RecordChoice
 from kernelgen.runtime.seams import FrontEnd, installed_front_end
 from kernelgen.runtime.signature import KEYS, NotAConstant, describe_values, signature_key, value_key
@@ -121,9 +121,11 @@ class CompiledFunction(DirectPath, GraphPath, FamilyPath, RecordChoice, Explain)
                 out = _empty(shape, dtype=dtype, device=entry.device)
                 if entry.huge[0]:
                     advise_huge(out)
-            elif out.__class__ is not _Tensor or out.shape != shape or out.dtype != dtype or not out.is_contiguous() \
-                    or (not out.is_cpu if entry.cpu else out.device != entry.device):
-                self._check_out(entry, out)  # raises with the reason
+            else:
+                if out.__class__ is not _Tensor or out.shape != shape or out.dtype != dtype or not out.is_contiguous() \
+                        or (not out.is_cpu if entry.cpu else out.device != entry.device):
+                    self._check_out(entry, out)  # raises with the reason
+                refuse_aliasing((out,), args, self.__name__)
             entry.launch(*args, out)
             return out
         if out is None:
@@ -133,6 +135,7 @@ class CompiledFunction(DirectPath, GraphPath, FamilyPath, RecordChoice, Explain)
                     advise_huge(o)
         else:
             outs = self._check_out(entry, out)
+            refuse_aliasing(outs, args, self.__name__)
         entry.launch(*args, *outs)
         return outs
 
@@ -175,6 +178,7 @@ class CompiledFunction(DirectPath, GraphPath, FamilyPath, RecordChoice, Explain)
             outs = entry.run(inputs)
         elif entry.flat:
             outs = self._check_out(entry, out)
+            refuse_aliasing(outs, inputs, self.__name__)
             entry.launch(*inputs, *outs)
             return out if entry.single else outs
         else:
