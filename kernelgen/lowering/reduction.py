@@ -72,6 +72,10 @@ def logsumexp(b: Any, x: int, dims: tuple[int, ...]) -> int:
     return b.elementwise("where", (infinite, m, lse))
 
 
+# var/std's accumulator where it is wider than the input (eager's CPU ``acc_type<T, false>``).
+VARIANCE_ACCUMULATOR = {"float32": "float64"}
+
+
 def _correction(args: tuple, kwargs: dict, at: int) -> float:
     """var/std's correction: ``correction=`` by keyword, else ``unbiased`` (positional at ``at`` or keyword)."""
     correction = kwargs.get("correction")
@@ -110,11 +114,17 @@ def _reduction(kind: str) -> Any:
         elif kind == "logsumexp":  # of integers too: eager computes it in the default float dtype
             value = logsumexp(b, cast_to(b, x, meta.dtype) if meta is not None else x, dims)
         else:  # var, std, var_mean, std_mean
-            value = variance(b, x, dims, _correction(args, kwargs, unbiased_at))
+            # In eager's CPU accumulator (acc_type<float, false> is double): the squares of rows near 1e19 overflow
+            # a float sum, where eager's variance (1e38) is finite. Half and bfloat16 already compute in float.
+            wide = cast_to(b, x, VARIANCE_ACCUMULATOR.get(b.spec(x).dtype, b.spec(x).dtype))
+            dtype = b.spec(x).dtype
+            value = variance(b, wide, dims, _correction(args, kwargs, unbiased_at))
             if kind.startswith("std"):
                 value = b.elementwise("sqrt", (value,))
+            value = cast_to(b, value, dtype)
             if kind.endswith("_mean"):
-                return (ref(finish(b, value, x, dims, keepdim)), ref(finish(b, mean(b, x, dims), x, dims, keepdim)))
+                average = cast_to(b, mean(b, wide, dims), dtype)
+                return (ref(finish(b, value, x, dims, keepdim)), ref(finish(b, average, x, dims, keepdim)))
         if meta is not None:
             value = cast_to(b, value, meta.dtype)
         return finish(b, value, x, dims, keepdim)
