@@ -34,7 +34,7 @@ from kernelgen.ir.values import Config, FrozenMap, Source, TensorSpec
 from kernelgen.templates import reduction_cpp_columns as columns
 from kernelgen.templates.indexing import dynamic_meta, dynamic_source, flat_offset
 from kernelgen.templates.reduction import ReductionProblem
-from kernelgen.templates.reduction_cpp_ops import fold, initial_value, reduction_dtype, row_offset
+from kernelgen.templates.reduction_cpp_ops import accumulator_type, fold, initial_value, reduction_dtype, row_offset
 
 ENTRY = "kg_reduction"
 _ROWS = (1, 2, 4, 8, 16, 32, 64)
@@ -243,14 +243,14 @@ def _in_place(problem: ReductionProblem, pass_roots: list[list[int]], plan: list
     return chosen
 
 
-def _declare(graph: Graph, r: int, indent: str) -> list[str]:
+def _declare(graph: Graph, r: int, indent: str, wide: bool = False) -> list[str]:
     """The accumulator(s) of reduction ``r``: ``acc<id>`` (and the extreme value ``acc<id>v`` of argmax/argmin)."""
     node = graph.nodes[r]
     if node.op in INDEX_REDUCTIONS:
         dtype = reduction_dtype(graph, r)
         init = initial_value("max" if node.op == "argmax" else "min", dtype)
         return [f"{indent}int64_t acc{r} = 0;", f"{indent}{cpp_expr.compute_type(dtype)} acc{r}v = {init};"]
-    return [f"{indent}{_ctype(graph, r)} acc{r} = {initial_value(node.op, node.spec.dtype)};"]
+    return [f"{indent}{accumulator_type(graph, r, wide)} acc{r} = {initial_value(node.op, node.spec.dtype)};"]
 
 
 class _Row:
@@ -272,6 +272,9 @@ class _Row:
         # the innermost group contiguous: flat index arithmetic divided per element and kept gcc from
         # vectorising (a BN backward region over [8, 64, 32, 32] took 1.29 ms vs ATen's 0.63 ms).
         self.inner = problem.row_shape[-1] if problem.grouped and not self.split else 0
+        # Nested groups fold one vector partial per group into the accumulator, in sequence: sum in double there
+        # (reduction_cpp_ops.WIDE_SUMS).
+        self.wide = bool(self.inner)
 
     def nested(self, lo: str, hi: str) -> bool:
         """Whether a loop over ``[lo, hi)`` runs as nested group loops (the whole row of a grouped problem)."""
@@ -331,7 +334,7 @@ class _Row:
             laned = []
         for r in laned:
             node = self.g.nodes[r]
-            self.lines.append(f"{indent}{_ctype(self.g, r)} acc{r}_l[{lanes}];")
+            self.lines.append(f"{indent}{accumulator_type(self.g, r, self.wide)} acc{r}_l[{lanes}];")
             self.lines.append(f"{indent}for (int l = 0; l < {lanes}; ++l) acc{r}_l[l] = {initial_value(node.op, node.spec.dtype)};")
         loads = _next_row_loads(self.p) if prefetch else []
         inner = indent
@@ -347,7 +350,7 @@ class _Row:
 
         def combines(acc: str, reds: list[int]) -> list[str]:
             return [fold(self.g.nodes[r].op, reduction_dtype(self.g, r), acc.format(r=r),
-                             env[self.g.nodes[r].inputs[0]]) for r in reds]
+                         env[self.g.nodes[r].inputs[0]], wide=self.wide) for r in reds]
 
         if laned and not loads:  # a scope of its own for j0
             self.lines.append(f"{indent}{{")
@@ -384,13 +387,13 @@ class _Row:
         if loads or laned:
             self.lines.append(f"{indent}}}")
         for r in laned:
-            combine = fold(self.g.nodes[r].op, self.g.nodes[r].spec.dtype, f"acc{r}", f"acc{r}_l[l]")
+            combine = fold(self.g.nodes[r].op, self.g.nodes[r].spec.dtype, f"acc{r}", f"acc{r}_l[l]", wide=self.wide)
             self.lines.append(f"{indent}for (int l = 0; l < {lanes}; ++l) {combine}")
         self.cached |= set(store)
 
     def reduce_pass(self, reds: list[int], store: list[int], prefetch: bool = False) -> None:
         for r in reds:
-            self.lines += _declare(self.g, r, "      ")
+            self.lines += _declare(self.g, r, "      ", self.wide)
         # Partials only in passes that store nothing: beside softmax's row-cache stores, gcc kept them in
         # memory and the exp pass slowed down (19.0 -> 23.3 ms), where the exp hides the adds' latency anyway.
         self.loop([self.g.nodes[r].inputs[0] for r in reds], [], store=store, prefetch=prefetch, reductions=reds,
@@ -403,7 +406,7 @@ class _Row:
 
     def meet(self, reds: list[int]) -> None:
         """Split rows: fold each thread's accumulators into the shared ones, then wait for every thread."""
-        self.shared += [line.replace(f"acc{r}", f"sh{r}") for r in reds for line in _declare(self.g, r, "  ")]
+        self.shared += [line.replace(f"acc{r}", f"sh{r}") for r in reds for line in _declare(self.g, r, "  ", self.wide)]
         self.lines.append("      #pragma omp critical")
         self.lines.append("      {")
         for r in reds:
@@ -414,7 +417,7 @@ class _Row:
                 self.lines.append(f"        if (acc{r}v {cmp} sh{r}v || (acc{r}v == sh{r}v && acc{r} < sh{r}) || {nan}) "
                                   f"{{ sh{r}v = acc{r}v; sh{r} = acc{r}; }}")
             else:
-                self.lines.append("        " + fold(op, dtype, f"sh{r}", f"acc{r}"))
+                self.lines.append("        " + fold(op, dtype, f"sh{r}", f"acc{r}", wide=self.wide))
         self.lines.append("      }")
         self.lines.append("      #pragma omp barrier")
 
@@ -426,13 +429,13 @@ class _Row:
         plain = [r for r in reds if r not in sums]
         for r in plain + sums:
             node = g.nodes[r]
-            self.lines.append(f"      {cpp_expr.compute_type(node.spec.dtype)} acc{r} = {initial_value(node.op, node.spec.dtype)};")
+            self.lines.append(f"      {accumulator_type(g, r, self.wide)} acc{r} = {initial_value(node.op, node.spec.dtype)};")
         self.lines.append(f"      for (int64_t c0 = 0; c0 < {self.n}; c0 += {chunk}) {{")
         self.lines.append(f"        const int64_t c1 = c0 + {chunk} < {self.n} ? c0 + {chunk} : {self.n};")
         saved = dict(self.env)
         for m in maxes:
             self.lines.append(f"        {_ctype(g, m)} cm{m} = {initial_value('max', g.nodes[m].spec.dtype)};")
-        tail = [fold(g.nodes[r].op, g.nodes[r].spec.dtype, f"acc{r}", f"{{n{g.nodes[r].inputs[0]}}}")
+        tail = [fold(g.nodes[r].op, g.nodes[r].spec.dtype, f"acc{r}", f"{{n{g.nodes[r].inputs[0]}}}", wide=self.wide)
                 for r in plain if r not in maxes]
         tail += [fold("max", g.nodes[m].spec.dtype, f"cm{m}", f"{{n{g.nodes[m].inputs[0]}}}") for m in maxes]
         self.loop([g.nodes[r].inputs[0] for r in plain], tail, "c0", "c1", "        ", prefetch=prefetch)
@@ -440,7 +443,7 @@ class _Row:
             fn = "kg_maxf" if _ctype(g, m) == "float" else "kg_max"
             self.lines.append(f"        const {_ctype(g, m)} mn{m} = {fn}(acc{m}, cm{m});")
         for s in sums:
-            self.lines.append(f"        {_ctype(g, s)} cs{s} = 0;")
+            self.lines.append(f"        {accumulator_type(g, s, self.wide)} cs{s} = 0;")
         self.env.update({m: f"mn{m}" for m in maxes})
         # the sums' own element DAG (exp(a - m)) evaluated against the chunk's new running max
         self.loop([g.nodes[s].inputs[0] for s in sums],

@@ -14,7 +14,7 @@ from __future__ import annotations
 from kernelgen.codegen import cpp_expr
 from kernelgen.ir.graph import INDEX_REDUCTIONS, REDUCTION_OPS, Graph
 from kernelgen.templates.reduction import ReductionProblem
-from kernelgen.templates.reduction_cpp_ops import fold, initial_value, reduction_dtype, row_offset
+from kernelgen.templates.reduction_cpp_ops import accumulator_type, fold, initial_value, reduction_dtype, row_offset
 
 TILES = (4, 16, 64, 256, 1024)
 
@@ -102,7 +102,7 @@ class _Columns:
                 self.out(f"int64_t acc{r}[{self.tile}]; {cpp_expr.compute_type(dtype)} acc{r}v[{self.tile}];")
                 self.column_loop([f"acc{r}[c] = 0; acc{r}v[c] = {init};"])
             else:
-                self.out(f"{_ctype(graph, r)} acc{r}[{self.tile}];")
+                self.out(f"{accumulator_type(graph, r, wide=True)} acc{r}[{self.tile}];")
                 self.column_loop([f"acc{r}[c] = {initial_value(node.op, dtype)};"])
         self.out(f"for (int64_t j = 0; j < {self.p.row_len}; ++j) {{")
         env = self.streamed_env()
@@ -110,7 +110,7 @@ class _Columns:
         body = cpp_expr.emit(graph, cpp_expr.dag_nodes(graph, roots, env), env)
         for r in reds:
             body.append(fold(graph.nodes[r].op, reduction_dtype(graph, r), f"acc{r}[c]",
-                                    env[graph.nodes[r].inputs[0]], f"acc{r}v[c]"))
+                                    env[graph.nodes[r].inputs[0]], f"acc{r}v[c]", wide=True))
         self.column_loop(body, 4)
         self.out("}")
         for r in reds:
