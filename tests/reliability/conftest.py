@@ -1,4 +1,4 @@
-"""Fixtures of the reliability scenarios: a small tuning database per test, the CLI run in this process or
+"""Fixtures of the reliability scenarios: a small tuning database per test (``url``), the CLI run in this process or
 as a real subprocess (for what only a process shows: its exit status, a kill), and the throw-away
 PostgreSQL cluster of the database tests."""
 
@@ -12,21 +12,11 @@ from pathlib import Path
 import pytest
 
 from kernelgen.cli import main
-from kernelgen.db import open_db
-from tests.db import factories as f
 from tests.db.conftest import pg_cluster, pg_url  # noqa: F401  (fixtures: the cluster is started on first use)
+# ``url``: a SQLite tuning database holding 20 records of 4 workloads on 2 targets, as the db CLI tests use it
+from tests.db.test_db_cli import count, url  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A SQLite tuning database holding 20 records of 4 workloads on 2 targets."""
-    monkeypatch.delenv("KERNELGEN_TEAM_DB", raising=False)
-    u = f"sqlite:///{tmp_path / 'tuning.sqlite'}"
-    with open_db(u) as db:
-        db.commit_many(f.many(20, workloads=4, targets=2))
-    return u
 
 
 def cli(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
@@ -60,6 +50,3 @@ def one_line_error(code: int, err: str, *fragments: str) -> None:
         assert fragment in lines[-1], (fragment, lines[-1])
 
 
-def count(url: str) -> int:
-    with open_db(url, team_url="") as db:
-        return db.count()

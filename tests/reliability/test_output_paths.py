@@ -26,7 +26,7 @@ def _db_file(url: str) -> Path:
 def test_export_over_the_database_is_refused(url: str, tmp_path: Path, capsys, monkeypatch, spelling: str) -> None:
     db = _db_file(url)
     before = count(url)
-    out = {"same": db, "relative": Path("tuning.sqlite"), "symlink": tmp_path / "records.jsonl",
+    out = {"same": db, "relative": Path(db.name), "symlink": tmp_path / "records.jsonl",
            "hardlink": tmp_path / "hard.jsonl", "wal": Path(f"{db}-wal")}[spelling]
     monkeypatch.chdir(tmp_path)
     if spelling == "symlink":
