@@ -234,6 +234,7 @@ class CStyleRenderer(Renderer):
         "logical_or": OpRule(_infix("||").render, operand="bool"),
         "logical_xor": OpRule(_infix("!=").render, operand="bool"),
         "logical_not": OpRule(lambda c, a: f"(!{a})", operand="bool"),
+        "clone": OpRule(lambda c, a: a),  # a fresh copy of its input: the value itself
         "neg": OpRule(lambda c, a: f"(-{a})"),
         "relu": OpRule(lambda c, a: f"({a} < 0 ? ({c.ctype})0 : {a})"),  # nan < 0 is false: relu(nan) is nan
         "sign": OpRule(_sign),

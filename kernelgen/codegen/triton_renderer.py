@@ -73,6 +73,7 @@ class TritonRenderer(Renderer):
         "logical_not": OpRule(lambda em, i, n, a: [f"tl.where({a}, False, True)"], operand="bool"),
         "add": _bool_or("add"), "mul": _bool_or("mul"), "maximum": _bool_or("maximum"), "minimum": _bool_or("minimum"),
         "sub": _formula("({a} - {b})", NUMBER), "div": OpRule(lambda em, i, n, a, b: [div_expr(a, b, n.spec.dtype)]),
+        "clone": _formula("{a}", frozenset({"float", "int", "bool"})),  # a fresh copy: the value itself
         "neg": _formula("-{a}", NUMBER), "abs": _formula("tl.abs({a})", NUMBER),
         # `a < 0` is false for NaN and -0.0, so both pass through as in eager (relu(NaN) = NaN)
         "relu": _formula("tl.where({a} < 0, 0, {a})", NUMBER),

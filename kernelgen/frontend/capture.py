@@ -21,7 +21,7 @@ from kernelgen.frontend.callables import Callee, describe, innermost
 from kernelgen.ir.graph import Graph, GraphBuilder, NodeRef, prune
 from kernelgen.ir.values import TensorSpec
 from kernelgen.lowering.lower import lower
-from kernelgen.runtime.outputs import ARG, CONST, COPY, OUT, OutputPlan, plain
+from kernelgen.runtime.outputs import ARG, ARG_CALL, CONST, COPY, OUT, OutputPlan, plain
 
 
 @dataclass(frozen=True)
@@ -322,8 +322,15 @@ def _lower(gm: Any, specs: Sequence[TensorSpec], functional: dict[Any, tuple[Any
                 value = env.get(item) if isinstance(item, torch.fx.Node) else item
                 if not isinstance(value, NodeRef):
                     leaves.append((CONST, value))
-                elif builder.nodes[int(value)].op == "input":
-                    leaves.append((ARG, builder.nodes[int(value)].attr("index")))
+                elif builder.nodes[int(value)].op == "input" and \
+                        _returned_input(item, specs[builder.nodes[int(value)].attr("index")]) != "clone":
+                    index = builder.nodes[int(value)].attr("index")
+                    how = _returned_input(item, specs[index])
+                    leaves.append((ARG, index) if how == "self" else (ARG_CALL, (index, how)))
+                elif builder.nodes[int(value)].op == "input":  # eager's fresh copy of an input: a copy kernel
+                    leaves.append((OUT, len(outputs)))
+                    spec = builder.spec(int(value))  # (an output is contiguous whatever the input's strides)
+                    outputs.append(builder.add("clone", (int(value),), TensorSpec(spec.shape, spec.dtype)))
                 elif int(value) not in first_fx:
                     first_fx[int(value)] = item
                     leaves.append((OUT, len(outputs)))
@@ -338,6 +345,31 @@ def _lower(gm: Any, specs: Sequence[TensorSpec], functional: dict[Any, tuple[Any
         kwargs = torch.fx.node.map_arg(fx_kwargs, lambda a: env[a])
         env[node] = lower(builder, node.op, target, args, kwargs, node.meta.get("kernelgen_spec"), where)
     return prune(Graph(tuple(builder.nodes), tuple(outputs))), OutputPlan(spec_tree, tuple(leaves))
+
+
+# Methods that return their very tensor when they convert nothing (``x.float()`` of a float32 ``x``).
+_RETURNS_SELF = frozenset({"to", "type", "type_as", "float", "double", "half", "bfloat16", "int", "long", "short",
+                           "char", "byte", "bool", "cpu", "cuda"})
+
+
+def _returned_input(item: Any, spec: TensorSpec) -> str:
+    """How eager's result of fx value ``item``, which lowered to an input (of ``spec``) unchanged, relates to
+    that input: ``"self"``, the very object (the placeholder itself, ``x.float()`` of a float ``x``,
+    ``x.contiguous()`` of a contiguous one); ``"detach"``, an alias without autograd history; or ``"clone"``, a
+    fresh tensor of the input's values (``x.clone()``, a cumsum over a size-1 dim, ``x.contiguous()`` of a
+    strided ``x``), which a copy kernel writes."""
+    import torch.fx
+
+    if not isinstance(item, torch.fx.Node) or item.op == "placeholder":
+        return "self"
+    op = _op_name(item)
+    if op in _RETURNS_SELF and not item.kwargs.get("copy"):
+        return "self"
+    if op == "contiguous":
+        dense = all(size == 1 or st == want for size, st, want in
+                    zip(spec.shape, spec.effective_strides(), spec.contiguous_strides()))
+        return "self" if dense else "clone"
+    return "detach" if op == "detach" else "clone"
 
 
 def _unpack(node: Any, env: dict) -> Any:

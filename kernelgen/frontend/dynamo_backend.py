@@ -26,7 +26,7 @@ from kernelgen.frontend.attention_pattern import fuse_written_attention
 from kernelgen.frontend.cleanup import drop_noop_conversions
 from kernelgen.frontend.decompositions import decompositions
 from kernelgen.frontend.fx_nodes import is_view
-from kernelgen.frontend.partition import partition
+from kernelgen.frontend.partition import folded, partition
 from kernelgen.frontend.region_op import install
 from kernelgen.frontend.sink_views import sink_views
 
@@ -106,9 +106,11 @@ def compile_graph(gm: Any, name: str = "graph", options: dict | None = None, dir
             record.views += 1
         else:
             record.aten_ops += 1
+    gone = folded(found.regions)  # constants only regions read: folded into each, made by nobody
     for node, reason in found.left.items():
-        if not is_view(node):
+        if not is_view(node) and node not in gone:
             record.left[f"{node.name} ({node.target})"] = reason
+    record.fused_ops += len(gone)
     for region in found.regions:
         record.fused_ops += sum(1 for n in region.nodes if n.target is not operator.getitem)
         record.templates[region.template] += 1

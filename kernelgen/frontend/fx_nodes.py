@@ -53,9 +53,30 @@ def op_packet(node: Any) -> str:
     return getattr(getattr(target, "overloadpacket", None), "__name__", getattr(target, "__name__", str(target)))
 
 
+# ATen ops that make a tensor of one repeated value from Python numbers alone (no tensor input): what a region
+# reading them folds in as a literal (``kernelgen.frontend.partition``).
+CONSTANT_OPS = frozenset({"full", "scalar_tensor", "zeros", "ones"})
+
+
+def is_constant(node: Any) -> bool:
+    """Whether ``node`` makes a constant-filled tensor from Python numbers only (``scalar_tensor``, ``full``)."""
+    import torch
+
+    return (node.op == "call_function" and not node.all_input_nodes and op_packet(node) in CONSTANT_OPS
+            and isinstance(node.meta.get("val"), torch.Tensor))
+
+
+def constant_value(node: Any) -> Any:
+    """The Python number constant ``node`` (``is_constant``) is filled with."""
+    packet = op_packet(node)
+    if packet in ("zeros", "ones"):
+        return int(packet == "ones")
+    return node.args[0] if packet == "scalar_tensor" else node.args[1]
+
+
 def is_view(node: Any) -> bool:
     """Whether call node ``node`` only reinterprets its input's memory (``VIEW_OPS``)."""
     return node.op == "call_function" and op_packet(node) in VIEW_OPS
 
 
-__all__ = ["VIEW_OPS", "is_symbolic", "is_view", "op_packet", "spec_of"]
+__all__ = ["CONSTANT_OPS", "VIEW_OPS", "constant_value", "is_constant", "is_symbolic", "is_view", "op_packet", "spec_of"]

@@ -8,7 +8,10 @@ XLA's rules hold by construction: a node belongs to at most one region, so nothi
 reduction or a GEMM) is ever recomputed; a value read outside its region is one more region output.
 
 Views (``view``, ``permute``, ``expand``, ...) are never members: they stay ATen, where they cost nothing,
-and a region reads their result as a strided input (a transposed or broadcast load, no copy).
+and a region reads their result as a strided input (a transposed or broadcast load, no copy). Constants that
+ATen makes from Python numbers (``scalar_tensor``, ``full``: 9 to 49 per Hugging Face graph) are folded into
+every region that reads them, as literals of its kernel (``Region.consts``); one that only regions read
+leaves the graph (``kernelgen.frontend.region_op``).
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernelgen.errors import KernelgenError, UnsupportedOpError
-from kernelgen.frontend.fx_nodes import is_view, spec_of
+from kernelgen.frontend.fx_nodes import is_constant, is_view, spec_of
 from kernelgen.ir.graph import Graph, GraphBuilder, NodeRef, prune
+from kernelgen.ir.values import TensorSpec
 from kernelgen.lowering.lower import lower
 from kernelgen.templates import match
+from kernelgen.templates.indexing import input_view
 
 
 
@@ -35,6 +40,7 @@ class Region:
     outputs: list[Any] = field(default_factory=list)
     graph: Any = None
     template: str = ""
+    consts: list[Any] = field(default_factory=list)  # constant nodes outside it, folded into it as literals
 
 
 @dataclass
@@ -45,12 +51,24 @@ class Partition:
     left: dict[Any, str]
 
 
-def lower_region(members: list[Any], seen: Any = None, fresh: Any = ()) -> tuple[Any, list[Any], list[Any]]:
-    """Lower ``members`` (topological order) to a kernelgen ``Graph``: ``(graph, inputs, outputs)``, where
-    inputs are the external fx nodes read and outputs the members read by any node outside ``members``.
-    With ``seen`` (a container of nodes), only users in ``seen`` (and the graph's output) count, and the
-    ``fresh`` members are outputs: the optimistic view of a region that later nodes may still join.
-    Raises ``KernelgenError`` (``UnsupportedOpError`` among them) when some member does not lower."""
+@dataclass
+class Lowered:
+    """``lower_region``'s result: the kernelgen ``graph``, the external fx nodes it reads (``inputs``, in its
+    argument order), the members read outside (``outputs``) and the external constants folded in (``consts``)."""
+
+    graph: Any
+    inputs: list[Any]
+    outputs: list[Any]
+    consts: list[Any]
+
+
+def lower_region(members: list[Any], seen: Any = None, fresh: Any = (), fold: bool = True) -> Lowered:
+    """Lower ``members`` (topological order) to a kernelgen ``Graph``. Inputs are the external fx nodes read,
+    except constants (``is_constant``) that ``fold`` lowers into the graph as literals; outputs are the
+    members read by any node outside ``members``. With ``seen`` (a container of nodes), only users in
+    ``seen`` (and the graph's output) count, and the ``fresh`` members are outputs: the optimistic view of a
+    region that later nodes may still join. Raises ``KernelgenError`` (``UnsupportedOpError`` among them)
+    when some member does not lower."""
     import torch
     import torch.fx
     import torch.utils._pytree
@@ -59,10 +77,17 @@ def lower_region(members: list[Any], seen: Any = None, fresh: Any = ()) -> tuple
     builder = GraphBuilder()
     env: dict[Any, Any] = {}
     inputs: list[Any] = []
+    consts: list[Any] = []
 
     def value(arg: Any) -> Any:
         if arg in env:
             return env[arg]
+        if fold and is_constant(arg):
+            folded = _fold(builder, arg)
+            if folded is not None:
+                env[arg] = folded
+                consts.append(arg)
+                return folded
         spec = spec_of(arg.meta.get("val"))
         if spec is None:
             raise UnsupportedOpError(f"{arg.name} is not a tensor of a supported dtype "
@@ -72,12 +97,7 @@ def lower_region(members: list[Any], seen: Any = None, fresh: Any = ()) -> tuple
         return env[arg]
 
     for node in members:
-        if any(isinstance(a, torch.Tensor) for a in torch.utils._pytree.tree_leaves((node.args, node.kwargs))):
-            raise UnsupportedOpError(f"{node.name} takes a tensor constant; it stays ATen")
-        if any(isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool))
-               for a in torch.utils._pytree.tree_leaves((node.args, node.kwargs))):
-            # lowering it would read the symbol's value at its hint: a guard that specialises the graph
-            raise UnsupportedOpError(f"{node.name} takes a symbolic size as an argument; it stays ATen")
+        _refuse_arguments(node)
         args = torch.fx.node.map_arg(node.args, value)
         kwargs = torch.fx.node.map_arg(node.kwargs, value)
         if node.target is operator.getitem:
@@ -89,7 +109,9 @@ def lower_region(members: list[Any], seen: Any = None, fresh: Any = ()) -> tuple
                                      f"({_describe(node.meta.get('val'))})")
         where = f"{node.name} = {node.target}(...)"
         env[node] = lower(builder, "call_function", node.target, args, kwargs, meta, where)
-    devices = {str(v.device) for v in (n.meta.get("val") for n in (*inputs, *members)) if hasattr(v, "device")}
+    # a 0-d constant is a literal on any device (eager reads a CPU scalar from GPU ops); a larger one is not
+    placed = (*inputs, *members, *(c for c in consts if c.meta["val"].dim()))
+    devices = {str(v.device) for v in (n.meta.get("val") for n in placed) if hasattr(v, "device")}
     if len(devices) > 1:  # a kernel writes on its inputs' device: a device move stays an ATen copy
         raise UnsupportedOpError(f"region would span devices {sorted(devices)}")
     def read_outside(n: Any) -> bool:
@@ -98,8 +120,42 @@ def lower_region(members: list[Any], seen: Any = None, fresh: Any = ()) -> tuple
         return any(u not in member_set and (seen is None or u in seen or u.op == "output") for u in n.users)
 
     outputs = [n for n in members if isinstance(env.get(n), NodeRef) and read_outside(n)]
-    graph = prune(Graph(tuple(builder.nodes), tuple(int(env[n]) for n in outputs)))
-    return graph, inputs, outputs
+    so_far = Graph(tuple(builder.nodes), ())
+    ids = []
+    for n in outputs:
+        i = int(env[n])
+        if input_view(so_far, i) is not None:  # a member (never a view) that computes nothing: eager's fresh
+            i = builder.add("clone", (i,), TensorSpec(builder.spec(i).shape, builder.spec(i).dtype))  # tensor of
+            # its input's values is a copy kernel (contiguous, as every output; the region op restrides it)
+        ids.append(i)
+    graph = prune(Graph(tuple(builder.nodes), tuple(ids)))
+    return Lowered(graph, inputs, outputs, consts)
+
+
+def _refuse_arguments(node: Any) -> None:
+    """Arguments a kernel cannot take as a literal: a tensor constant, a symbolic size."""
+    import torch
+    import torch.utils._pytree
+
+    leaves = torch.utils._pytree.tree_leaves((node.args, node.kwargs))
+    if any(isinstance(a, torch.Tensor) for a in leaves):
+        raise UnsupportedOpError(f"{node.name} takes a tensor constant; it stays ATen")
+    if any(isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)) for a in leaves):
+        # lowering it would read the symbol's value at its hint: a guard that specialises the graph
+        raise UnsupportedOpError(f"{node.name} takes a symbolic size as an argument; it stays ATen")
+
+
+def _fold(builder: Any, node: Any) -> Any:
+    """Constant ``node`` lowered into ``builder`` (a literal, broadcast to its shape), or None when it cannot
+    be (a symbolic size, a dtype kernelgen lacks): then the region reads it as an input."""
+    meta = spec_of(node.meta.get("val"))
+    if meta is None:
+        return None
+    try:
+        _refuse_arguments(node)
+        return lower(builder, "call_function", node.target, node.args, node.kwargs, meta, node.name)
+    except KernelgenError:
+        return None
 
 
 def _describe(value: Any) -> str:
@@ -114,17 +170,25 @@ def try_region(members: list[Any], seen: Any = None, fresh: Any = ()) -> Region 
     """The region of ``members`` when a template covers it, else the reason it is not one (``seen`` and
     ``fresh`` as in ``lower_region``)."""
     try:
-        graph, inputs, outputs = lower_region(members, seen, fresh)
+        lowered = lower_region(members, seen, fresh)
+        if lowered.consts and not lowered.inputs:  # a kernel takes its device from an input: keep one
+            lowered = lower_region(members, seen, fresh, fold=False)
     except KernelgenError as exc:
         return str(exc)
     except Exception as exc:  # a lowering bug on an odd graph must leave the node to ATen, not fail compile
         return f"lowering failed: {type(exc).__name__}: {exc}"
-    if not outputs:
+    if not lowered.outputs:
         return "computes nothing read outside"
-    found = match(graph)
+    found = match(lowered.graph)
     if found is None:
-        return f"no template covers ops {sorted(graph.ops())}"
-    return Region(list(members), inputs, outputs, graph, found[0].name)
+        return f"no template covers ops {sorted(lowered.graph.ops())}"
+    return Region(list(members), lowered.inputs, lowered.outputs, lowered.graph, found[0].name, lowered.consts)
+
+
+def folded(regions: list[Region]) -> set[Any]:
+    """The constants every reader of which is a region (each folds it): nothing outside needs them made."""
+    members = {n for r in regions for n in r.nodes}
+    return {c for r in regions for c in r.consts if all(u in members for u in c.users)}
 
 
 def partition(gm: Any) -> Partition:
@@ -141,9 +205,9 @@ def partition(gm: Any) -> Partition:
             left[node] = "view (free in ATen; regions read it through strides)"
             continue
         if not node.all_input_nodes:
-            # A constant (scalar_tensor, full): ATen makes it once and a region reads it (a 0-d one is a
-            # scalar load); inside a region its sub-graph would not retrace it as a value of its inputs.
-            left[node] = "constant with no tensor inputs (made by ATen, read by regions)"
+            # A constant (scalar_tensor, full) is no region of its own: each region reading it folds it in as
+            # a literal (lower_region), and it leaves the graph once only regions read it (``folded``).
+            left[node] = "constant with no tensor inputs (made by ATen, read by ATen ops)"
             continue
         extra = [u for u in node.users if u.target is operator.getitem]  # a multi-output op's projections
         fresh = (node, *extra)
@@ -251,4 +315,4 @@ def _reaches(start: list[Any], targets: set[Any], regions: list[Region], region_
     return False
 
 
-__all__ = ["Partition", "Region", "lower_region", "partition", "try_region"]
+__all__ = ["Lowered", "Partition", "Region", "folded", "lower_region", "partition", "try_region"]

@@ -28,7 +28,8 @@ def aten_graph_of(fn: Any, specs: Any) -> Any:
         gm = make_fx(fn, tracing_mode="fake", decomposition_table=decompositions())(*examples)
         sink_views(gm)
         members = [n for n in gm.graph.nodes if n.op == "call_function" and not is_view(n)]
-        graph, inputs, _ = lower_region(members)
+        lowered = lower_region(members)
+        graph, inputs = lowered.graph, lowered.inputs
     except Exception:  # anything the backend could not take is simply not this pattern
         return None
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]

@@ -20,7 +20,7 @@ import threading
 from typing import Any
 
 from kernelgen.errors import KernelgenError
-from kernelgen.frontend.fx_nodes import is_symbolic, spec_of
+from kernelgen.frontend.fx_nodes import constant_value, is_symbolic, spec_of
 from kernelgen.frontend.patterns import aten_graph_of
 from kernelgen.registry import add_pattern_tracer
 from kernelgen.runtime.compiled import CompiledFunction
@@ -207,6 +207,9 @@ def install(gm: Any, regions: list, options: dict | None = None, counters: Any =
                 moved[out] = item
         for node in reversed(region.nodes):
             graph.erase_node(node)
+    for const in {c for r in regions for c in r.consts}:
+        if not const.users:  # every reader folded it in: ATen need not make it
+            graph.erase_node(const)
     legalize_graph(gm)  # sets gm.graph to a topologically sorted copy
     gm.graph.lint()
     gm.recompile()
@@ -232,12 +235,23 @@ def strides_in_order(shape: Any, order: tuple[int, ...]) -> tuple:
 
 def _subgraph(gm: Any, region: Any) -> Any:
     """The region's ATen nodes as a GraphModule of (inputs) -> tuple(outputs): its eager replay."""
+    import torch
     import torch.fx
 
     graph = torch.fx.Graph()
     env: dict[Any, Any] = {}
     for i, node in enumerate(region.inputs):
         env[node] = graph.placeholder(f"in{i}_{node.name}")
+        env[node].meta = dict(node.meta)
+    for node in region.consts:
+        # A folded constant, made from a region input so that tracing the replay records it (a call reading no
+        # proxy would run while fx traces, leaving a tensor constant the lowering refuses); dtype and device
+        # are given, so the input lends nothing but a place in the graph.
+        value = node.meta["val"]
+        env[node] = graph.call_function(torch.ops.aten.new_full.default,
+                                        (env[region.inputs[0]], list(value.shape), constant_value(node)),
+                                        {"dtype": value.dtype, "layout": torch.strided, "device": value.device,
+                                         "pin_memory": False})
         env[node].meta = dict(node.meta)
     for node in region.nodes:
         env[node] = graph.node_copy(node, lambda n: env[n])

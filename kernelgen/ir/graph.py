@@ -32,7 +32,7 @@ UNARY_OPS = frozenset({
     "reciprocal", "cast",
     "expm1", "log1p", "log2", "log10", "exp2", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
     "asinh", "acosh", "atanh", "floor", "ceil", "round", "trunc", "sign", "isnan", "isinf", "isfinite",
-    "logical_not", "bitwise_not",
+    "logical_not", "bitwise_not", "clone",
 })
 BINARY_OPS = frozenset({
     "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
@@ -40,7 +40,8 @@ BINARY_OPS = frozenset({
     "bitwise_left_shift", "bitwise_right_shift", "fmod", "remainder", "floor_divide",
 })
 """Elementwise ops past the first line of each set are named after the torch function they compute (with its
-semantics: floor_divide and remainder round as Python does, shifts past the width give 0 or the sign)."""
+semantics: floor_divide and remainder round as Python does, shifts past the width give 0 or the sign; ``clone`` is
+its input's value, written to a fresh output: what a region whose result is an input's value computes)."""
 PREDICATE_OPS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
                            "logical_not", "isnan", "isinf", "isfinite"})
 """Elementwise ops whose result is bool whatever their inputs."""

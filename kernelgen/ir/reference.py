@@ -14,7 +14,7 @@ from typing import Any
 from kernelgen.errors import KernelgenError
 from kernelgen.ir.graph import INDEX_REDUCTIONS, REDUCTION_OPS, Graph, Node, pad_pairs, reduced_dims
 
-TORCH_NAMED_OPS = ("expm1", "log1p", "log2", "log10", "exp2", "sin", "cos", "tan", "asin", "acos", "atan", "sinh",
+TORCH_NAMED_OPS = ("clone", "expm1", "log1p", "log2", "log10", "exp2", "sin", "cos", "tan", "asin", "acos", "atan", "sinh",
                    "cosh", "asinh", "acosh", "atanh", "floor", "ceil", "round", "trunc", "sign", "isnan", "isinf",
                    "isfinite", "logical_not", "bitwise_not", "logical_xor", "atan2", "bitwise_and", "bitwise_or",
                    "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift", "fmod", "remainder", "floor_divide")

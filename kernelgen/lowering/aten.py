@@ -56,10 +56,14 @@ def _const_of(b: Any, value: Any, meta: Any, where: str) -> int:
     return b.add("cast", (node,), TensorSpec(tuple(meta.shape), meta.dtype))
 
 
-# (full / scalar_tensor read no tensor: the partitioner leaves them to ATen, see partition.py)
-handles("aten.zeros_like")(lambda b, args, kwargs, meta, where: _const_of(b, 0, meta, where))
-handles("aten.ones_like")(lambda b, args, kwargs, meta, where: _const_of(b, 1, meta, where))
-handles("aten.full_like")(lambda b, args, kwargs, meta, where: _const_of(b, args[1], meta, where))
+# The value is the fill; shape and dtype are the node's meta. full / scalar_tensor / zeros / ones read no
+# tensor: a region folds them in (kernelgen.frontend.partition), and its eager replay makes them as new_full of
+# one of its inputs (kernelgen.frontend.region_op), which fx retraces as a value of the region's inputs.
+handles("aten.zeros_like", "aten.zeros", "aten.new_zeros")(lambda b, args, kwargs, meta, where: _const_of(b, 0, meta, where))
+handles("aten.ones_like", "aten.ones", "aten.new_ones")(lambda b, args, kwargs, meta, where: _const_of(b, 1, meta, where))
+handles("aten.full_like", "aten.full")(lambda b, args, kwargs, meta, where: _const_of(b, args[1], meta, where))
+handles("aten.scalar_tensor")(lambda b, args, kwargs, meta, where: _const_of(b, args[0], meta, where))
+handles("aten.new_full")(lambda b, args, kwargs, meta, where: _const_of(b, args[2], meta, where))
 
 
 # ------------------------------------------------------------------------------------ composite ops

@@ -22,8 +22,8 @@ def reduced_dims(b: Any, x: int, dim: Any, kind: str, where: str) -> tuple[int, 
     """The sorted dims a reduction of node ``x`` runs over (``dim=None`` or ``[]``: all of them).
 
     A 0-d input reduces over no dim (``()``: each reduction is of its one element). Raises
-    ``UnsupportedOpError`` for an empty tensor (eager gives 0, NaN or an error there; kernels reduce non-empty
-    tensors) and for a dim out of range."""
+    ``UnsupportedOpError`` for a reduction over an empty dim (eager gives 0, NaN or an error there; kernels
+    reduce non-empty rows) and for a dim out of range."""
     shape = b.spec(x).shape
     rank = len(shape)
     dims = dim if isinstance(dim, (tuple, list)) else ((dim,) if dim is not None else ())
@@ -31,9 +31,10 @@ def reduced_dims(b: Any, x: int, dim: Any, kind: str, where: str) -> tuple[int, 
         raise UnsupportedOpError(f"{kind} over dim={dim} of a rank-{rank} tensor at `{where}`; eager raises")
     if rank == 0:  # eager takes dim 0 / -1 of a 0-d tensor: one element, reduced over nothing
         return ()
-    if 0 in shape:
-        raise UnsupportedOpError(f"{kind} of an empty tensor {list(shape)} at `{where}`; eager computes it")
-    return tuple(sorted({d % rank for d in dims})) if dims else tuple(range(rank))
+    reduced = tuple(sorted({d % rank for d in dims})) if dims else tuple(range(rank))
+    if any(shape[d] == 0 for d in reduced):
+        raise UnsupportedOpError(f"{kind} over an empty dim of {list(shape)} at `{where}`; eager computes it")
+    return reduced  # (an empty kept dim makes an empty result: nothing to reduce, no kernel runs)
 
 
 def count(b: Any, x: int, dims: tuple[int, ...]) -> int:

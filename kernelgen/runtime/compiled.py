@@ -246,13 +246,12 @@ class CompiledFunction(DirectPath, GraphPath, FamilyPath, RecordChoice, Explain)
             self._check_tensor(i, a, backend.name)
         if len({a.device for _, a in tensors}) > 1:
             return self._eager(f"inputs on several devices ({_describe_devices(tensors)})")
-        if any(a.numel() == 0 for _, a in tensors):
-            return self._eager("an input is empty (numel 0); eager handles empty tensors")
+        empty = any(a.numel() == 0 for _, a in tensors)  # traced as it is: sizes 0 are specialised, no family
         # Too large to check at this shape (the worker would need several times the caller's memory): its
         # shape family's generic kernel, checked at a small batch size, serves it from the first call.
         oversized = too_large(2 * check_bytes(a.numel() * a.element_size() for _, a in tensors))  # outputs ~ inputs
         try:
-            if self.dynamic is not False:
+            if self.dynamic is not False and not empty:
                 entry = self._family_entry(full, layout, n_values, backend, force=bool(oversized))
                 if entry is not None:
                     return entry

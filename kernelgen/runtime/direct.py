@@ -16,6 +16,7 @@ from kernelgen.errors import ShapePropagationError, TraceError
 from kernelgen.runtime.bounds import guarded, index_checks
 from kernelgen.runtime.entry import HUGE_ADVICE, HUGE_MIN_BYTES, REASONS, Entry
 from kernelgen.runtime.implementations import implementations_for
+from kernelgen.runtime.outputs import CONST
 
 log = logging.getLogger("kernelgen.runtime")
 
@@ -33,9 +34,15 @@ class DirectPath:
             return self._partitioned(str(exc))
         graph = cap.graph
         if not graph.outputs:
-            return self._eager("it returns no tensor computed from its inputs")
-        if any(s.numel == 0 for s in graph.output_specs):
-            return self._eager("an output is empty (numel 0); eager handles empty tensors")
+            if not any(kind != CONST for kind, _ in cap.plan.leaves):
+                return self._eager("it returns no tensor")
+            return self._no_launch(cap, full, "identity", "it computes nothing: its results are its inputs, or "
+                                   "eager's copies of them, made without a kernel")
+        if all(s.numel == 0 for s in graph.output_specs):
+            return self._no_launch(cap, full, "empty", "every output is empty (numel 0): eager's empty results, "
+                                   "no launch")
+        if any(s.numel == 0 for s in (*graph.output_specs, *graph.signature)):
+            return self._eager("an input or output is empty (numel 0) and another is not; eager handles it")
         impls = implementations_for(graph, backend.name)
         if not impls:
             return self._partitioned(f"no template or custom call covers ops {sorted(graph.ops())} on backend "
@@ -67,6 +74,25 @@ class DirectPath:
                        source=source, path=path, digest=impl.source_hash(), reason=reason)
         entry.huge = [bool(HUGE_ADVICE) and s.numel * s.itemsize >= HUGE_MIN_BYTES for s in graph.output_specs]
         return entry
+
+    def _no_launch(self, cap: Any, full: tuple, impl: str, reason: str) -> "Entry":
+        """The entry of a graph with nothing to compute: its outputs are allocated (empty ones, or none) and
+        the result is built from them and the inputs; eager's index errors are still raised."""
+        import torch  # deferred: importing kernelgen stays free of torch until something is compiled
+
+        graph = cap.graph
+        outputs = tuple((torch.Size(s.shape), getattr(torch, s.dtype)) for s in graph.output_specs)
+        inputs = [full[i] for i in cap.picks]
+        device = next((a.device for a in inputs if isinstance(a, torch.Tensor)), torch.device("cpu"))
+        log.info("%s: %s", self.__name__, reason)
+        return Entry(guarded(_nothing, index_checks(graph)), outputs, plan=cap.plan,
+                     picks=None if cap.picks == tuple(range(len(full))) else cap.picks, device=device,
+                     grad=any(a.requires_grad for a in inputs), replay=cap.replay, impl=impl, source="default",
+                     reason=reason)
+
+
+def _nothing(*tensors: Any) -> None:
+    """The launch of a graph with nothing to compute."""
 
 
 __all__ = ["DirectPath"]

@@ -3,7 +3,8 @@
 The traced function's return value is flattened with ``torch.utils._pytree`` (tensors, tuples, lists,
 dicts, namedtuples, any nesting). Each leaf is a kernel output, a second distinct tensor equal to one
 (two fx values that common-subexpression elimination merged: eager returns two tensors, so we clone), an
-input returned as it is (eager returns the very same object), or a Python constant.
+input returned as it is (eager returns the very same object), an alias of an input made by calling its method
+(``x.detach()``: as aliased as eager's, no kernel), or a Python constant.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ from typing import Any
 
 from kernelgen.errors import InputMismatchError
 
-OUT, COPY, ARG, CONST = "out", "copy", "arg", "const"
+OUT, COPY, ARG, ARG_CALL, CONST = "out", "copy", "arg", "argcall", "const"
 
 
 @dataclass(frozen=True)
 class OutputPlan:
     """``leaves[i]`` is ``(kind, value)``: (OUT, k) kernel output k, (COPY, k) a clone of it, (ARG, i)
-    graph input i, (CONST, v) a Python value. ``spec`` is the pytree structure to rebuild."""
+    graph input i, (ARG_CALL, (i, method)) ``getattr(input i, method)()`` (``detach``), (CONST, v) a Python value. ``spec`` is the pytree structure to rebuild."""
 
     spec: Any
     leaves: tuple[tuple[str, Any], ...]
@@ -49,6 +50,8 @@ class OutputPlan:
                 values.append(outs[value].clone())
             elif kind == ARG:
                 values.append(inputs[value])
+            elif kind == ARG_CALL:
+                values.append(getattr(inputs[value[0]], value[1])())
             else:
                 values.append(value)
         return tree_unflatten(values, self.spec)
@@ -118,4 +121,4 @@ def fill_out(result: Any, out: Any, name: str) -> Any:
     return tree_unflatten(leaves, spec)
 
 
-__all__ = ["ARG", "CONST", "COPY", "OUT", "OutputPlan", "fill_out", "plain"]
+__all__ = ["ARG_CALL", "ARG", "CONST", "COPY", "OUT", "OutputPlan", "fill_out", "plain"]

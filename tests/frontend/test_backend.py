@@ -320,8 +320,8 @@ def test_masked_inference_attention_is_one_attention_region():
 
 
 def test_relu_backward_constant_is_read_by_the_region_kernel():
-    # relu's backward is where(mask, scalar_tensor(0), grad): the constant stays ATen, the region still runs
-    # its kernel (with the constant inside the region, the region's retrace failed and it ran eagerly)
+    # relu's backward is where(mask, scalar_tensor(0), grad): the region folds the constant in as a literal and
+    # still runs its kernel (its eager replay makes the constant from a region input, so the retrace records it)
     x = torch.randn(4, 8, requires_grad=True)
     with dynamo_backend.collect() as graphs:
         out = torch.compile(lambda x: torch.relu(x) * 2, backend="kernelgen")(x)
@@ -329,6 +329,7 @@ def test_relu_backward_constant_is_read_by_the_region_kernel():
     torch.testing.assert_close(x.grad, (x > 0).float() * 2)
     assert [s.name for s in graphs] == ["forward", "backward"]
     assert all(s.runs.get("eager", 0) == 0 and s.runs.get("kernel", 0) == s.regions > 0 for s in graphs)
+    assert not [op for s in graphs for op in s.left if "scalar_tensor" in op or "full" in op]
 
 
 def test_tune_option_tunes_each_region_and_records_it(tmp_path):

@@ -40,3 +40,37 @@ def test_real_conversions_and_returned_copies_are_kept():
     assert len(_conversions(gm)) == 2
     wider, same = gm(x)
     assert wider.dtype == torch.float64 and same.data_ptr() != x.data_ptr()
+
+
+def _clones(gm) -> list:
+    return [n for n in gm.graph.nodes if n.op == "call_function" and n.target == torch.ops.aten.clone.default]
+
+
+def test_a_copy_of_the_same_layout_read_by_other_ops_is_dropped():
+    fn = lambda x: (torch.mm(x.clone(), x.t()),)  # noqa: E731
+    x = torch.randn(4, 3)
+    gm = _trace(fn, x)
+    assert len(_clones(gm)) == 1
+    assert drop_noop_conversions(gm) == 1 and not _clones(gm)
+    torch.testing.assert_close(gm(x)[0], fn(x)[0])
+
+
+def test_copies_that_change_the_layout_are_returned_or_precede_a_write_are_kept():
+    def layout(x):
+        return (x.t().contiguous().view(-1) * 2,)  # a transposed copy: the view needs its layout
+
+    def returned(x):
+        return x.clone(), x + 1  # eager's result is a fresh tensor, not the input
+
+    def written(x):
+        y = x.clone()
+        x.copy_(x + 1)  # the copy holds the values before the write, which reads of y must see
+        return (y * 2,)
+
+    for fn in (layout, returned):
+        gm = _trace(fn, torch.randn(4, 3))
+        assert drop_noop_conversions(gm) == 0 and len(_clones(gm)) == 1, fn.__name__
+    x = torch.randn(4, 3)
+    gm = _trace(written, x.clone())
+    assert drop_noop_conversions(gm) == 0 and len(_clones(gm)) == 1
+    torch.testing.assert_close(gm(x.clone())[0], written(x.clone())[0])

@@ -107,3 +107,59 @@ def test_trace_leaves_inputs_returned_as_is_out_of_the_kernel_outputs():
 
     graph = kernelgen.trace(returns_input, X, Y)
     assert [graph.nodes[i].op for i in graph.outputs] == ["add"]
+
+
+def test_a_copy_of_an_input_is_fresh_and_an_alias_or_a_no_op_conversion_is_not():
+    """``x.clone()`` lowers to its input's value, but eager returns a fresh tensor: a copy kernel writes it (the
+    result was the input itself, so writing into it wrote into ``x``); ``x.float()`` of a float ``x`` is ``x``,
+    ``x.detach()`` an alias without history, ``x.contiguous()`` of a transposed ``x`` a contiguous copy."""
+    x = X.clone().requires_grad_()
+    copied, total = compile(lambda a: (a.clone(), a + 1), backend="cpp")(x)
+    assert copied is not x and copied.data_ptr() != x.data_ptr() and copied.requires_grad
+    torch.testing.assert_close(copied, x)
+    copied.sum().backward()
+    torch.testing.assert_close(x.grad, torch.ones_like(x))
+    same, alias, _ = compile(lambda a: (a.float(), a.detach(), a * 2), backend="cpp")(x)
+    assert same is x and alias is not x and alias.data_ptr() == x.data_ptr() and not alias.requires_grad
+    t = X.t()
+    dense = compile(lambda a: a.contiguous(), backend="cpp")
+    got = dense(t)
+    assert got.is_contiguous() and got.data_ptr() != t.data_ptr() and dense.explain(t)["implementation"] == "pointwise"
+    torch.testing.assert_close(got, t)
+    assert compile(lambda a: a.contiguous(), backend="cpp")(X) is X  # already contiguous: eager returns it
+
+
+def test_results_that_are_inputs_only_launch_nothing():
+    f = compile(lambda a, b: (a.detach(), b), backend="cpp")
+    alias, same = f(X, Y)
+    assert same is Y and alias.data_ptr() == X.data_ptr()
+    assert f.explain(X, Y)["implementation"] == "identity"
+
+
+@pytest.mark.parametrize("fn,args", [
+    (lambda a: torch.relu(a) * 2, (torch.randn(0, 5),)),
+    (lambda a, b: a + b, (torch.randn(3, 0), torch.randn(1, 0))),
+    (lambda a: a.sum(-1), (torch.randn(0, 7),)),
+    (lambda a: (a.exp(), a.cumsum(0)), (torch.randn(4, 0, 2),)),
+])
+def test_empty_results_come_back_without_a_launch(fn, args):
+    f = compile(fn, backend="cpp")
+    got, want = f(*args), fn(*args)
+    assert_same_as_eager(got, want)
+    assert all(t.dtype == w.dtype and t.shape == w.shape for t, w in zip(tree_flatten(got)[0], tree_flatten(want)[0]))
+    assert f.explain(*args)["implementation"] == "empty"
+    grads = [a.clone().requires_grad_() for a in args]  # autograd still runs eager's backward
+    out = f(*grads)
+    sum(t.sum() for t in tree_flatten(out)[0]).backward()
+    assert all(g.grad is not None and g.grad.shape == g.shape for g in grads)
+
+
+def test_empty_rows_gathered_out_of_range_raise_what_eager_raises():
+    import torch.nn.functional as F
+
+    index, table = torch.tensor([1, 7]), torch.randn(4, 0)
+    with pytest.raises(RuntimeError) as eager:
+        F.embedding(index, table)
+    with pytest.raises(RuntimeError) as ours:
+        compile(lambda i, t: F.embedding(i, t), backend="cpp")(index, table)
+    assert type(ours.value) is type(eager.value)

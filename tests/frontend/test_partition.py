@@ -341,3 +341,55 @@ def test_row_gathers_fuse_as_index_arithmetic():
         (template, ops), = regions
         assert template == "pointwise" and ops[0] == op and not found.left
         _installed_matches_aten(fn, table, index)
+
+
+def _constants(gm):
+    return [n for n in gm.graph.nodes if n.op == "call_function"
+            and n.target in (aten.full.default, aten.scalar_tensor.default)]
+
+
+def test_constants_fold_into_the_regions_that_read_them_and_leave_the_graph():
+    # where(x > 0, x, -1.5) and masked_fill(-inf): ATen makes the 0-d constants, the regions read them as literals
+    def fn(x):
+        return torch.where(x > 0, x, torch.full((), -1.5)) * 2, x.masked_fill(x < -1, float("-inf"))
+
+    x = torch.randn(4, 8)
+    gm = aten_graph(fn, x)
+    want = gm(x)
+    assert len(_constants(gm)) == 2
+    found = partition(gm)
+    assert sorted(len(r.consts) for r in found.regions) == [2] and all(not r.inputs[0].all_input_nodes
+                                                                        for r in found.regions)
+    record = compile_graph(gm, "test")
+    assert record.fused_ops == record.aten_ops and not record.left, record.as_dict()
+    assert not _constants(gm)  # nobody else reads them: ATen no longer makes them
+    for g, w in zip(gm(x), want):
+        torch.testing.assert_close(g, w)
+    assert record.runs == {"kernel": 1}
+
+
+def test_a_constant_an_aten_op_also_reads_stays_made_by_aten():
+    def fn(x):
+        c = torch.full((4, 8), 2.0)
+        return x * c, c.median(0).values  # median has no lowering rule: it needs the tensor
+
+    x = torch.randn(4, 8)
+    gm = aten_graph(fn, x)
+    want = gm(x)
+    record = compile_graph(gm, "test")
+    assert len(_constants(gm)) == 1 and any("full" in op for op in record.left)
+    assert record.fused_ops == 1  # the multiplication (with the constant folded in)
+    for g, w in zip(gm(x), want):
+        torch.testing.assert_close(g, w)
+
+
+def test_a_region_output_that_copies_an_input_is_a_copy_kernel_never_the_input():
+    # clone(x) returned: eager's result is a fresh tensor; the region writes it with a copy kernel
+    x = torch.randn(4, 6).t()
+    gm = aten_graph(lambda t: t.clone(memory_format=torch.contiguous_format), x)
+    record = compile_graph(gm, "test")
+    got = gm(x)
+    got = got[0] if isinstance(got, (tuple, list)) else got
+    assert record.fused_ops == record.aten_ops == 1 and record.runs == {"kernel": 1}
+    assert got.is_contiguous() and got.data_ptr() != x.data_ptr()
+    torch.testing.assert_close(got, x)
