@@ -18,10 +18,11 @@ def decompositions() -> dict:
 
 
 def _keep_whole(op: Any) -> bool:
-    """Ops left to ATen's own kernel rather than decomposed: pooling. No kernelgen template covers a window
-    reduction, and Inductor's rules for it emit Inductor-only prims (``_low_memory_max_pool_with_offsets``)
-    plus index arithmetic that then runs op by op (a small CNN's forward: 56 ATen launches instead of 11, 0.51x
-    eager) and need ``torch._inductor.lowering`` imported, which a process where Inductor never ran lacks."""
+    """Ops kept whole rather than decomposed: pooling, which the window template runs as one reduce-window op
+    (``kernelgen.lowering.windows``). Inductor's rules for it emit Inductor-only prims
+    (``_low_memory_max_pool_with_offsets``) plus index arithmetic that then runs op by op (a small CNN's forward:
+    56 ATen launches instead of 11, 0.51x eager) and need ``torch._inductor.lowering`` imported, which a process
+    where Inductor never ran lacks."""
     return str(getattr(op, "_schema", "")).startswith("aten::") and "pool" in op.name()
 
 

@@ -61,12 +61,24 @@ the kernel itself clamps it to the nearest row, so it never reads out of bounds.
 SCAN_OPS = frozenset({"cumsum", "cumprod"})
 """Inclusive scans along dim ``dim`` (same shape as their input, which is already in the node's dtype). Eager's
 accumulator: int64 for integers, float32 for float16/bfloat16, float64 for float32 on CPU."""
-OPS = ELEMENTWISE_OPS | REDUCTION_OPS | VIEW_OPS | MOVE_OPS | SCAN_OPS | {"input", "matmul", "attention", "attention_lse",
-                                                                   "custom_call"}
+WINDOW_OPS = frozenset({"window", "window_grad"})
+"""Reductions over a sliding window of the trailing ``len(kernel)`` dims (pooling: Inductor's and XLA's
+reduce-window). ``window(x)`` reduces each output position's window of ``x``: ``reduce`` is ``max`` (NaN wins),
+``argmax`` (the int64 flat index, over the input's window dims, of eager's pick: the first maximum, or the last
+NaN), or ``avg`` (the sum over the in-bounds taps divided as eager does: ``divisor`` when not 0, else the window
+clipped to the padded input when ``count_include_pad``, else to the input). A fixed window has ``kernel``,
+``stride``, ``padding``, ``dilation`` (one entry per window dim); an ``adaptive`` one spans
+``[floor(o * I / O), ceil((o + 1) * I / O))`` on each dim. The output's window dims are the node's shape.
+``window_grad(grad[, index])`` is the gradient of such a window with respect to its input (the node's shape):
+each input element sums, over the windows holding it in increasing output order (eager's order), ``grad`` where
+``index`` names it (``reduce="max"``) or ``grad`` divided by the window's divisor (``reduce="avg"``)."""
+OPS = ELEMENTWISE_OPS | REDUCTION_OPS | VIEW_OPS | MOVE_OPS | SCAN_OPS | WINDOW_OPS | {"input", "matmul", "attention",
+                                                                                "attention_lse", "custom_call"}
 """Every op a Graph may hold. Attributes: input(index), const(value), gelu(approximate: "none"|"tanh"),
 reduction ops (dims: the reduced dims, absent for the last one; always keepdim), attention(causal, scale) reading
 (q, k, v[, mask]), attention_lse (the same inputs and attributes: the row logsumexp of that attention's scores),
-custom_call(name), cat(dim), pad(pads), gather(wrap), cumsum/cumprod(dim)."""
+custom_call(name), cat(dim), pad(pads), gather(wrap), cumsum/cumprod(dim), window/window_grad(reduce, kernel, stride,
+padding, dilation, adaptive, count_include_pad, divisor)."""
 
 
 @dataclass(frozen=True)
@@ -292,4 +304,4 @@ def prune(graph: Graph) -> Graph:
 
 
 __all__ = ["Graph", "Node", "OPS", "ELEMENTWISE_OPS", "INDEX_REDUCTIONS", "MOVE_OPS", "PREDICATE_OPS", "REDUCTION_OPS",
-           "SCAN_OPS", "GraphBuilder", "NodeRef", "broadcast_shapes", "encode_pads", "pad_pairs", "prune", "reduced_dims"]
+           "SCAN_OPS", "WINDOW_OPS", "GraphBuilder", "NodeRef", "broadcast_shapes", "encode_pads", "pad_pairs", "prune", "reduced_dims"]

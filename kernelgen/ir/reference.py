@@ -113,6 +113,8 @@ def _eval_node(torch: Any, ops: dict, node: Node, values: list, inputs: Sequence
     if op in ("cumsum", "cumprod"):  # eager's own scan in the node's dtype (its accumulator rules)
         return getattr(torch, op)(args[0].expand(input_shapes[0]).to(dtype), node.attr("dim")).to(
             _compute_dtype(torch, dtype))
+    if op in ("window", "window_grad"):
+        return _window(torch, node, args, input_shapes)
     if op == "matmul":
         return torch.matmul(args[0], args[1])
     if op == "attention":
@@ -132,3 +134,73 @@ def _eval_node(torch: Any, ops: dict, node: Node, values: list, inputs: Sequence
             raise KernelgenError(f"custom call {node.attr('name')!r} needs the registry to evaluate")
         return custom_calls(node.attr("name"))(*args)
     raise KernelgenError(f"reference evaluation has no rule for op {op!r}")
+
+
+def _window(torch: Any, node: Node, args: list, input_shapes: Sequence[Any]) -> Any:
+    """A window op through ATen's own pooling kernels (and their backwards), on the window dims with every
+    leading dim flattened into one batch dim; a 1-d window is a 2-d one over a size-1 dim."""
+    aten = torch.ops.aten
+    kernel, k = tuple(node.attr("kernel") or ()), int(node.attr("spatial"))
+    grad = node.op == "window_grad"
+    x = args[0].expand(input_shapes[0])
+    in_shape = tuple(node.spec.shape) if grad else tuple(x.shape)
+    out_shape = tuple(x.shape) if grad else tuple(node.spec.shape)
+    lead = in_shape[:-k]
+
+    def planes(t: Any, spatial: tuple) -> Any:  # [B, (1,) *spatial]: the batched 2-d/3-d form ATen takes
+        return t.reshape(-1, *((1,) if k == 1 else ()), *spatial)
+
+    def widen(v: tuple, fill: int) -> list:
+        return [fill, *v] if k == 1 else list(v)
+
+    dims = max(k, 2)
+    reduce, adaptive = node.attr("reduce"), node.attr("adaptive", False)
+    window = (widen(kernel, 1), widen(tuple(node.attr("stride")), 1), widen(tuple(node.attr("padding")), 0)) \
+        if not adaptive else ()
+    ceil, include, divisor = node.attr("ceil_mode", False), node.attr("count_include_pad", True), \
+        node.attr("divisor", 0) or None
+    out_sizes = widen(out_shape[-k:], 1)
+    if not grad:
+        src = planes(x, in_shape[-k:])
+        if reduce == "avg":
+            result = getattr(aten, f"_adaptive_avg_pool{dims}d")(src, out_sizes) if adaptive else \
+                getattr(aten, f"avg_pool{dims}d")(src, *window, ceil, include, divisor)
+        else:
+            pair = getattr(aten, f"adaptive_max_pool{dims}d")(src, out_sizes) if adaptive else \
+                getattr(aten, f"max_pool{dims}d_with_indices")(src, *window, widen(tuple(node.attr("dilation")), 1), ceil)
+            result = pair[1] if reduce == "argmax" else pair[0]
+        return result.reshape(*lead, *out_shape[-k:])
+    g = planes(x, out_shape[-k:])
+    base = planes(torch.zeros(in_shape, dtype=g.dtype, device=g.device), in_shape[-k:])  # (only its shape is read)
+    if reduce == "avg":
+        result = getattr(aten, f"_adaptive_avg_pool{dims}d_backward")(g, base) if adaptive else \
+            getattr(aten, f"avg_pool{dims}d_backward")(g, base, *window, ceil, include, divisor)
+    else:
+        result = _argmax_grad(torch, node, g.reshape(-1, *out_shape[-k:]),
+                              args[1].expand(input_shapes[1]).reshape(-1, *out_shape[-k:]).long(), in_shape[-k:])
+    return result.reshape(in_shape)
+
+
+def _argmax_grad(torch: Any, node: Node, grad: Any, index: Any, sizes: tuple) -> Any:
+    """A max window's gradient: ``grad`` added, in output order, at the input element its argmax ``index``
+    names, where that element is one of its window's taps (as every argmax a forward made is; ATen's own
+    backward writes anywhere an index points, out of bounds included, so it cannot define the others)."""
+    k = len(sizes)
+    outs = grad.shape[1:]
+    inside = (index >= 0) & (index < math.prod(sizes))
+    rest = index.clamp(0, math.prod(sizes) - 1)
+    for d in range(k - 1, -1, -1):  # the index's coordinate along each window dim, innermost first
+        at = rest % sizes[d]
+        rest = rest // sizes[d]
+        o = torch.arange(outs[d], device=grad.device).reshape((-1,) + (1,) * (k - 1 - d))
+        if node.attr("adaptive", False):
+            lo, hi = (o * sizes[d]) // outs[d], ((o + 1) * sizes[d] + outs[d] - 1) // outs[d]
+            inside &= (at >= lo) & (at < hi)
+        else:
+            step = node.attr("dilation")[d]
+            offset = at - (o * node.attr("stride")[d] - node.attr("padding")[d])
+            inside &= (offset >= 0) & (offset <= (node.attr("kernel")[d] - 1) * step) & (offset % step == 0)
+    flat = grad.shape[0]
+    result = torch.zeros(flat, math.prod(sizes), dtype=grad.dtype, device=grad.device)
+    return result.scatter_add_(1, torch.where(inside, index, 0).reshape(flat, -1),
+                               torch.where(inside, grad, 0).reshape(flat, -1))

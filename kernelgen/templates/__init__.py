@@ -1,8 +1,8 @@
 """Template families and matching: ``match(graph)`` picks the first template, in priority order, that covers it.
 
 Order matters: attention before GEMM (attention contains matmuls), GEMM before row reduction, row
-reduction before pointwise (a pointwise chain is a reduction without reductions); the scan takes only graphs
-with a scan, which no other template matches.
+reduction before pointwise (a pointwise chain is a reduction without reductions); the scan and the window
+take only graphs with a scan or a window (pooling), which no other template matches.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from kernelgen.ir.graph import Graph
 from kernelgen.templates.base import Problem, Template
 
 log = logging.getLogger(__name__)
-_FAMILIES = ("attention", "gemm", "reduction", "scan", "pointwise")
+_FAMILIES = ("attention", "gemm", "reduction", "scan", "window", "pointwise")
 
 
 def templates() -> tuple[Template, ...]:

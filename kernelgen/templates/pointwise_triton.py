@@ -102,7 +102,8 @@ def _source(problem: PointwiseProblem, config: Config, lines: list[str], dyn: in
     return Source("triton", HEADER + prelude + "\n".join(lines) + "\n", ENTRY, meta=meta)
 
 
-_LANE = re.compile(r"\b(c\d+|k|offs)\b")  # the per-lane index variables of the pointwise and scan kernels
+# the per-lane index variables of the pointwise, scan and window kernels (t<d>, o<d>: a window's tap and output)
+_LANE = re.compile(r"\b(c\d+|k|offs|t\d+|o\d+)\b")
 
 
 def per_lane(offset: str) -> bool:

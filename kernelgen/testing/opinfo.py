@@ -111,11 +111,17 @@ def _noncontig(t: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    """Every element of ``t`` (a fresh clone: dense, in its own memory order) as one 1-d view (``view(-1)``
+    refuses a channels-last sample)."""
+    return t.as_strided((t.numel(),), (1,))
+
+
 def _nonfinite(t: torch.Tensor) -> torch.Tensor:
     """A copy with NaN, +inf and -inf at fixed, spread positions (float tensors only)."""
     t = t.clone()
     if t.is_floating_point() and t.numel():
-        flat = t.view(-1)
+        flat = _flat(t)
         for k, v in enumerate((float("nan"), float("inf"), -float("inf"))):
             flat[(k * 7 + 1) % flat.numel()::11] = v
     return t
@@ -126,7 +132,7 @@ def _extremes(t: torch.Tensor, lowest: bool = True) -> torch.Tensor:
     t = t.clone()
     if not t.is_floating_point() and t.dtype != torch.bool and t.numel():
         info = torch.iinfo(t.dtype)
-        flat = t.view(-1)
+        flat = _flat(t)
         flat[1 % flat.numel()::5] = info.max
         flat[3 % flat.numel()::7] = info.min if lowest or info.min == 0 else info.min + 1
     return t

@@ -379,13 +379,52 @@ def test_batchnorm_eval_backward_partitions_without_a_cycle():
     assert {s.name for s in graphs if s.regions} == {"forward", "backward"}
 
 
-def test_pooling_stays_one_aten_op():
+def test_pooling_is_one_window_region_with_its_epilogue():
     # Inductor's pooling rules need torch._inductor.lowering (absent where Inductor never ran) and turn one
-    # ATen kernel into index arithmetic that runs op by op; kernelgen keeps pooling whole.
+    # ATen kernel into index arithmetic that runs op by op; kernelgen keeps pooling whole, as a window region.
     assert not [op for op in decompositions() if "pool" in op.name() and op.name().startswith("aten::")]
     x = torch.randn(1, 2, 6, 6)
     with dynamo_backend.collect() as graphs:
         got = torch.compile(lambda t: F.relu(F.max_pool2d(t, 2)) * 2, backend="kernelgen")(x)
     torch.testing.assert_close(got, F.relu(F.max_pool2d(x, 2)) * 2)
     (stats,) = graphs
-    assert stats.regions == 1 and any("max_pool2d" in op for op in stats.left), stats.as_dict()
+    assert stats.templates == {"window": 1} and stats.fused_ops == stats.aten_ops and stats.runs == {"kernel": 1}
+
+
+class ConvBlock(nn.Module):
+    """A CNN stem: convolution, batch norm, ReLU, 3x3/2 max pool, then an average pool."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        return F.avg_pool2d(F.max_pool2d(F.relu(self.bn(self.conv(x))), 3, 2, 1), 2)
+
+
+def test_eval_batch_norm_relu_and_max_pool_are_one_window_region():
+    model = ConvBlock().eval()
+    model.bn.running_mean.uniform_(-1, 1)
+    model.bn.running_var.uniform_(0.5, 2)
+    x = torch.randn(2, 3, 12, 12)
+    with torch.no_grad(), dynamo_backend.collect() as graphs:
+        got = torch.compile(model, backend="kernelgen")(x)
+        want = model(x)
+    torch.testing.assert_close(got, want)
+    (stats,) = graphs
+    # the normalisation and ReLU are the max pool's prologue, the average pool reads its output; the per-channel
+    # 1 / sqrt(var + eps) is a [C] pointwise region (the prologue reads it through an unsqueeze view)
+    assert stats.templates == {"window": 2, "pointwise": 1}, stats.as_dict()
+    assert list(stats.left) == ["convolution (aten.convolution.default)"] and stats.runs == {"kernel": 3}
+
+
+def test_training_pooling_forward_and_backward_run_window_kernels_with_eagers_gradients():
+    torch.manual_seed(0)
+    model = ConvBlock().train()
+    x = torch.randn(2, 3, 12, 12, requires_grad=True)
+    g = torch.randn(2, 8, 3, 3)
+    graphs = compiled_matches_eager(model, x, g)
+    by_name = {s.name: s for s in graphs}
+    assert by_name["forward"].templates["window"] == 2 and by_name["backward"].templates["window"] == 2
+    assert not [op for s in graphs for op in s.left if "pool" in op], [s.left for s in graphs]
+    assert all(s.runs.get("eager", 0) == 0 for s in graphs)
