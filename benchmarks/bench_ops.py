@@ -4,7 +4,8 @@ Per workload it prints the median times of kernelgen's kernel (``kernelgen.compi
 its outputs, as ATen does) and of the ATen op it replaces, from interleaved rounds (one run of each per round,
 so load changes hit both alike), their ratio, and whether the results agree. Workloads: max pooling forward
 (values and indices) and backward at a ResNet stem size, the same with eval-mode batch norm + ReLU in front
-(one kernelgen kernel, three ATen ops), average pooling forward and backward, and whatever later items add.
+(one kernelgen kernel, three ATen ops), average pooling forward and backward; the embedding backward's
+accumulation (as ATen's own op, scatter_add and index_put) at a GPT-2-small size.
 
     python benchmarks/bench_ops.py [--reps 15] [--only max_pool]
 
@@ -66,8 +67,34 @@ def pooling() -> list[tuple[str, Callable, Callable, tuple]]:
     ]
 
 
+def scatters() -> list[tuple[str, Callable, Callable, tuple]]:
+    """An embedding backward's size: 8 x 512 tokens of 768 features into a 32000-row table, as the embedding
+    backward ATen runs (``embedding_dense_backward``), as ``scatter_add`` and as ``index_put(accumulate=True)``."""
+    g = torch.Generator().manual_seed(0)
+    tokens, width, rows = 8 * 512, 768, 32000
+    grad = torch.randn(tokens, width, generator=g)
+    idx = torch.randint(0, rows, (tokens,), generator=g)
+    table = torch.zeros(rows, width)
+    wide = idx[:, None].expand(tokens, width)
+
+    def embedding_backward(g_, i):
+        return aten.embedding_dense_backward.default(g_, i, rows, -1, False)
+
+    def scatter_add(t, i, g_):
+        return t.scatter_add(0, i, g_)
+
+    def index_put(t, i, g_):
+        return t.index_put((i,), g_, accumulate=True)
+
+    return [
+        ("embedding_dense_backward [4096,768]->[32000]", embedding_backward, embedding_backward, (grad, idx)),
+        ("scatter_add [4096,768]->[32000,768]", scatter_add, scatter_add, (table, wide, grad)),
+        ("index_put acc [4096,768]->[32000,768]", index_put, index_put, (table, idx, grad)),
+    ]
+
+
 def workloads() -> list[tuple[str, Callable, Callable, tuple]]:
-    return pooling()
+    return pooling() + scatters()
 
 
 def _agree(got: Any, want: Any) -> str:

@@ -27,6 +27,8 @@ RANK = {"bool": 0, "uint8": 1, "int8": 1, "int16": 2, "int32": 3, "int64": 4, "f
 
 
 _BITS = {"int8": 8, "uint8": 8, "int16": 16, "int32": 32, "int64": 64}
+INT_LIMITS = {d: (0, 2**b - 1) if d == "uint8" else (-2**(b - 1), 2**(b - 1) - 1) for d, b in _BITS.items()}
+"""The lowest and highest value of each integer dtype (where a max or a min over integers starts)."""
 
 
 def kind(dtype: str) -> str:
@@ -129,5 +131,5 @@ def integer_divisor(graph: Graph, node_id: int, language: str) -> int:
     return int(value)
 
 
-__all__ = ["ANY", "BOOL", "FLOAT", "INT", "INTEGRAL", "NUMBER", "OpRule", "RANK", "REAL", "Renderer",
+__all__ = ["ANY", "BOOL", "FLOAT", "INT", "INTEGRAL", "INT_LIMITS", "NUMBER", "OpRule", "RANK", "REAL", "Renderer",
            "integer_divisor", "kind", "promote"]

@@ -50,14 +50,18 @@ REDUCTION_OPS = frozenset({"sum", "prod", "max", "min", "argmax", "argmin"})
 INDEX_REDUCTIONS = frozenset({"argmax", "argmin"})
 """Reductions whose result is the int64 position of the extreme value, not a value."""
 VIEW_OPS = frozenset({"reshape", "transpose"})  # reshape only adds/drops size-1 dims; transpose swaps the last two
-MOVE_OPS = frozenset({"cat", "pad", "gather"})
+MOVE_OPS = frozenset({"cat", "pad", "gather", "slice_scatter", "select_scatter", "diagonal", "diagonal_scatter"})
 """Data movement that a template renders as index arithmetic (``kernelgen.templates.moves``), never a copy:
 ``cat(a, b, ...; dim)`` of same-rank values along ``dim``; ``pad(x, fill; pads)`` with ``pads`` one
 ``(before, after)`` pair per dim (negative crops) and ``fill`` outside the window; ``gather(x, index)`` the rows
 ``x[index]`` (an integer tensor indexing dim 0, as ``embedding`` and ``x[index]``: shape index.shape +
 x.shape[1:]; ``wrap``: negative indices count from the end, as ``x[index]``, else they are out of range, as in
 ``embedding``); an index out of range raises eager's ``IndexError`` before the kernel runs (``kernelgen.runtime.bounds``), and
-the kernel itself clamps it to the nearest row, so it never reads out of bounds."""
+the kernel itself clamps it to the nearest row, so it never reads out of bounds. ``slice_scatter(x, src; dim, start, end,
+step)`` is ``x`` with ``x[.., start:end:step, ..]`` (along ``dim``) replaced by ``src``; ``select_scatter(x, src; dim,
+index)`` is ``x`` with ``x.select(dim, index)`` replaced by ``src``; ``diagonal(x; offset, dim1, dim2)`` is
+``torch.diagonal(x, offset, dim1, dim2)`` as a new tensor (``diagonal_copy``); ``diagonal_scatter(x, src; offset, dim1,
+dim2)`` is ``x`` with that diagonal replaced by ``src`` (the functional forms of writes into views)."""
 SCAN_OPS = frozenset({"cumsum", "cumprod"})
 """Inclusive scans along dim ``dim`` (same shape as their input, which is already in the node's dtype). Eager's
 accumulator: int64 for integers, float32 for float16/bfloat16, float64 for float32 on CPU."""
@@ -72,13 +76,27 @@ clipped to the padded input when ``count_include_pad``, else to the input). A fi
 ``window_grad(grad[, index])`` is the gradient of such a window with respect to its input (the node's shape):
 each input element sums, over the windows holding it in increasing output order (eager's order), ``grad`` where
 ``index`` names it (``reduce="max"``) or ``grad`` divided by the window's divisor (``reduce="avg"``)."""
-OPS = ELEMENTWISE_OPS | REDUCTION_OPS | VIEW_OPS | MOVE_OPS | SCAN_OPS | WINDOW_OPS | {"input", "matmul", "attention",
-                                                                                "attention_lse", "custom_call"}
+SCATTER_OPS = frozenset({"scatter", "index_put"})
+"""Writes at computed positions, out of place: the result is ``x`` (input 0) with the elements of ``src`` (input 2)
+combined in at the positions an integer ``index`` (input 1) names along dim ``dim``, in eager's order (row-major
+over the index), by ``reduce``: ``none`` (the last write wins), ``sum``, ``prod``, ``amax``, ``amin`` (NaN wins);
+with ``include_self`` False a written position starts from the reduction's identity instead of ``x``.
+``scatter(x, index, src)`` is ``torch.scatter``'s: element ``p`` of ``index`` (no larger than ``src`` and, but
+along ``dim``, than ``x``) goes to ``p`` with its ``dim`` coordinate replaced by ``index[p]``. ``index_put(x, index,
+src)`` is ``x[..., index, ...] (+)= src`` along ``dim`` (``index_put``, ``index_add``, the embedding backward): the
+whole of ``index`` (any shape ``S``) replaces dim ``dim``, ``src`` has ``x``'s shape with that dim replaced by ``S``.
+An index out of range raises ``error`` (eager's type) before the kernel runs (``kernelgen.runtime.bounds``) when
+``checked``; ``wrap``: a negative index counts from the end; the kernel clamps whatever remains into range.
+``opmath``: float16/bfloat16 values combine in float32, rounded once at the end (eager's scatter reductions and
+index_add), else at every step (eager's index_put)."""
+OPS = ELEMENTWISE_OPS | REDUCTION_OPS | VIEW_OPS | MOVE_OPS | SCAN_OPS | WINDOW_OPS | SCATTER_OPS | {
+    "input", "matmul", "attention", "attention_lse", "custom_call"}
 """Every op a Graph may hold. Attributes: input(index), const(value), gelu(approximate: "none"|"tanh"),
 reduction ops (dims: the reduced dims, absent for the last one; always keepdim), attention(causal, scale) reading
 (q, k, v[, mask]), attention_lse (the same inputs and attributes: the row logsumexp of that attention's scores),
 custom_call(name), cat(dim), pad(pads), gather(wrap), cumsum/cumprod(dim), window/window_grad(reduce, kernel, stride,
-padding, dilation, adaptive, count_include_pad, divisor)."""
+padding, dilation, adaptive, count_include_pad, divisor), scatter/index_put(dim, reduce, include_self, checked, wrap,
+error, opmath)."""
 
 
 @dataclass(frozen=True)
@@ -304,4 +322,4 @@ def prune(graph: Graph) -> Graph:
 
 
 __all__ = ["Graph", "Node", "OPS", "ELEMENTWISE_OPS", "INDEX_REDUCTIONS", "MOVE_OPS", "PREDICATE_OPS", "REDUCTION_OPS",
-           "SCAN_OPS", "WINDOW_OPS", "GraphBuilder", "NodeRef", "broadcast_shapes", "encode_pads", "pad_pairs", "prune", "reduced_dims"]
+           "SCAN_OPS", "SCATTER_OPS", "WINDOW_OPS", "GraphBuilder", "NodeRef", "broadcast_shapes", "encode_pads", "pad_pairs", "prune", "reduced_dims"]

@@ -110,11 +110,24 @@ def _eval_node(torch: Any, ops: dict, node: Node, values: list, inputs: Sequence
         rows = input_shapes[0][0]
         index = torch.where(args[1] < 0, args[1] + rows, args[1]).clamp(0, rows - 1).long()
         return args[0].expand(input_shapes[0])[index]
+    if op == "slice_scatter":
+        return torch.slice_scatter(args[0].expand(input_shapes[0]), args[1].expand(input_shapes[1]), node.attr("dim"),
+                                   node.attr("start"), node.attr("end"), node.attr("step"))
+    if op == "select_scatter":
+        return torch.select_scatter(args[0].expand(input_shapes[0]), args[1].expand(input_shapes[1]), node.attr("dim"),
+                                    node.attr("index"))
+    if op == "diagonal":
+        return torch.diagonal(args[0].expand(input_shapes[0]), node.attr("offset"), node.attr("dim1"), node.attr("dim2"))
+    if op == "diagonal_scatter":
+        return torch.diagonal_scatter(args[0].expand(input_shapes[0]), args[1].expand(input_shapes[1]),
+                                      node.attr("offset"), node.attr("dim1"), node.attr("dim2"))
     if op in ("cumsum", "cumprod"):  # eager's own scan in the node's dtype (its accumulator rules)
         return getattr(torch, op)(args[0].expand(input_shapes[0]).to(dtype), node.attr("dim")).to(
             _compute_dtype(torch, dtype))
     if op in ("window", "window_grad"):
         return _window(torch, node, args, input_shapes)
+    if op in ("scatter", "index_put"):
+        return _scatter(torch, node, [a.expand(shape) for a, shape in zip(args, input_shapes)])
     if op == "matmul":
         return torch.matmul(args[0], args[1])
     if op == "attention":
@@ -204,3 +217,32 @@ def _argmax_grad(torch: Any, node: Node, grad: Any, index: Any, sizes: tuple) ->
     result = torch.zeros(flat, math.prod(sizes), dtype=grad.dtype, device=grad.device)
     return result.scatter_add_(1, torch.where(inside, index, 0).reshape(flat, -1),
                                torch.where(inside, grad, 0).reshape(flat, -1))
+
+
+_SCATTER_REDUCE = {"sum": "sum", "prod": "prod", "amax": "amax", "amin": "amin"}
+
+
+def _scatter(torch: Any, node: Node, args: list) -> Any:
+    """A scatter through ATen's ``scatter`` / ``scatter_reduce`` / ``index_put``, with the index wrapped and
+    clamped into range as the kernels do (an index out of range raised eager's error before them)."""
+    x, index, src = args
+    d, reduce = node.attr("dim"), node.attr("reduce")
+    size = x.shape[d]
+    index = index.long()
+    if node.attr("wrap", False):
+        index = torch.where(index < 0, index + size, index)
+    index = index.clamp(0, size - 1)
+    src = src.to(x.dtype)
+    if node.op == "index_put":
+        # x[..., index, ...] along d: move d first, put the rows, move it back
+        moved = x.movedim(d, 0)
+        values = src.movedim(tuple(range(d, d + index.dim())), tuple(range(index.dim())))
+        if reduce in ("none", "sum"):
+            result = moved.index_put((index,), values, accumulate=reduce == "sum")
+        else:  # (the lowering makes none and sum only)
+            raise KernelgenError(f"reference index_put has no reduce {reduce!r}")
+        return result.movedim(0, d)
+    src = src.expand(index.shape) if src.dim() == 0 else src[tuple(slice(0, n) for n in index.shape)]
+    if reduce == "none":
+        return torch.scatter(x, d, index, src)
+    return torch.scatter_reduce(x, d, index, src, _SCATTER_REDUCE[reduce], include_self=node.attr("include_self", True))

@@ -1,8 +1,8 @@
 """Lowering of one fx node (``lower``): its op's canonical name, the refusal of mutation, and the rule table's lookup.
 
 Every rule module is imported here so the table (``kernelgen.lowering.rules.RULES``) is complete before the
-first lookup: ``elementwise``, ``composite``, ``reduction``, ``pointwise``, ``moves``, ``scans``, ``windows`` and
-``aten``.
+first lookup: ``elementwise``, ``composite``, ``reduction``, ``pointwise``, ``moves``, ``scans``, ``windows``,
+``scatters`` and ``aten``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from kernelgen.errors import UnsupportedOpError
 from kernelgen.ir.graph import NodeRef
 from kernelgen.ir.values import TensorSpec
 # Imported for their registrations: the table is complete once this module is.
-from kernelgen.lowering import composite, elementwise, moves, pointwise, reduction, scans, windows  # noqa: F401
+from kernelgen.lowering import (composite, elementwise, moves, pointwise, reduction, scans, scatters,  # noqa: F401
+                                windows)
 from kernelgen.lowering.aten import aten_name
 from kernelgen.lowering.rules import RULES
 

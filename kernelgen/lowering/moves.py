@@ -1,6 +1,7 @@
 """Lowering handlers for data movement that templates render as index arithmetic: ``torch.cat`` (``aten.cat``),
-constant padding (``F.pad(mode="constant")``, ``aten.constant_pad_nd``) and row gathers (``F.embedding``,
-``aten.embedding``, ``aten.index`` with one index tensor on dim 0), to the IR's ``cat``, ``pad`` and ``gather``.
+constant padding (``F.pad(mode="constant")``, ``aten.constant_pad_nd``), row gathers (``F.embedding``,
+``aten.embedding``, ``aten.index`` with one index tensor on dim 0), the functional writes into views
+(``slice_scatter``, ``select_scatter``, ``diagonal_scatter``, ``copy``) and ``diagonal_copy``, to the IR's moves.
 
 Registered in the table of ``kernelgen.lowering.rules``. The result's
 dtype and shape are the node's meta (eager's type promotion over every operand); what eager would refuse or
@@ -113,6 +114,102 @@ def _aten_index(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int
     if not isinstance(indices, (list, tuple)) or len(indices) != 1:
         raise UnsupportedOpError(f"indexing by {indices!r} at `{where}`; only one index tensor on dim 0 is a gather")
     return _gather(b, arg(args, kwargs, 0, "self"), indices[0], meta, where, True)
+
+
+# ------------------------------------------------------------------- writes into views, functionalized
+# (AOTAutograd turns ``cache[:, :, pos] = new`` into slice_scatter(cache, copy(slice, new)), ``x[:, 2] = y`` into
+# select_scatter, ``x.diagonal().copy_(y)`` into diagonal_scatter: all index arithmetic over ``x``'s coordinates)
+
+def _operand(b: Any, value: Any, dtype: str, where: str) -> int:
+    if not is_node(value):
+        raise UnsupportedOpError(f"scatter into a view of {value!r} at `{where}`")
+    return cast_to(b, int(value), dtype)
+
+
+def _dim(value: Any, rank: int, where: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not -rank <= value < rank:
+        raise UnsupportedOpError(f"dim {value!r} of a rank-{rank} tensor at `{where}`; eager decides")
+    return value % rank
+
+
+@handles("slice_scatter")
+def _slice_scatter(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    """slice_scatter(x, src, dim=0, start=None, end=None, step=1): the slice's bounds as eager normalises them."""
+    if meta is None or 0 in meta.shape:
+        raise UnsupportedOpError(f"slice_scatter of an empty tensor at `{where}`; eager PyTorch runs it")
+    x, src = _operand(b, arg(args, kwargs, 0, "input"), meta.dtype, where), \
+        _operand(b, arg(args, kwargs, 1, "src"), meta.dtype, where)
+    shape = b.spec(x).shape
+    d = _dim(arg(args, kwargs, 2, "dim", 0), len(shape), where)
+    start, end, step = (arg(args, kwargs, i, n, v) for i, n, v in ((3, "start", None), (4, "end", None), (5, "step", 1)))
+    if not all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in (start, end, step)) or step < 1:
+        raise UnsupportedOpError(f"slice_scatter bounds {start!r}:{end!r}:{step!r} at `{where}`; eager decides")
+    start, end, _ = slice(start, end, step).indices(shape[d])
+    count = len(range(start, end, step))
+    if b.spec(src).shape[d] != count or count == 0:
+        raise UnsupportedOpError(f"slice_scatter of {list(b.spec(src).shape)} into {count} positions at `{where}`")
+    if count == shape[d] and step == 1:  # the whole of x replaced: src (broadcast to x's shape)
+        return src if b.spec(src).shape == shape else b.add("cast", (src,), TensorSpec(shape, meta.dtype))
+    return b.add("slice_scatter", (x, src), TensorSpec(tuple(meta.shape), meta.dtype), dim=d, start=start, end=end,
+                 step=step)
+
+
+@handles("select_scatter")
+def _select_scatter(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    if meta is None or 0 in meta.shape:
+        raise UnsupportedOpError(f"select_scatter of an empty tensor at `{where}`; eager PyTorch runs it")
+    x, src = _operand(b, arg(args, kwargs, 0, "input"), meta.dtype, where), \
+        _operand(b, arg(args, kwargs, 1, "src"), meta.dtype, where)
+    shape = b.spec(x).shape
+    d = _dim(arg(args, kwargs, 2, "dim"), len(shape), where)
+    index = arg(args, kwargs, 3, "index")
+    if not isinstance(index, int) or isinstance(index, bool) or not -shape[d] <= index < shape[d]:
+        raise UnsupportedOpError(f"select_scatter at index {index!r} of a dim of {shape[d]} at `{where}`; eager raises")
+    return b.add("select_scatter", (x, src), TensorSpec(tuple(meta.shape), meta.dtype), dim=d, index=index % shape[d])
+
+
+def _diagonal_dims(b: Any, x: int, args: tuple, kwargs: dict, first: int, where: str) -> tuple[int, int, int]:
+    rank = b.spec(x).rank
+    offset = arg(args, kwargs, first, "offset", 0)
+    d1 = _dim(arg(args, kwargs, first + 1, "dim1", 0), rank, where)
+    d2 = _dim(arg(args, kwargs, first + 2, "dim2", 1), rank, where)
+    if not isinstance(offset, int) or isinstance(offset, bool) or d1 == d2:
+        raise UnsupportedOpError(f"diagonal({offset!r}, {d1}, {d2}) at `{where}`; eager decides")
+    return offset, d1, d2
+
+
+@handles("diagonal_copy")
+def _diagonal_copy(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    if meta is None or 0 in meta.shape:
+        raise UnsupportedOpError(f"an empty diagonal at `{where}`; eager PyTorch makes it")
+    x = _operand(b, arg(args, kwargs, 0, "input"), meta.dtype, where)
+    offset, d1, d2 = _diagonal_dims(b, x, args, kwargs, 1, where)
+    return b.add("diagonal", (x,), TensorSpec(tuple(meta.shape), meta.dtype), offset=offset, dim1=d1, dim2=d2)
+
+
+@handles("diagonal_scatter")
+def _diagonal_scatter(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    if meta is None or 0 in meta.shape:
+        raise UnsupportedOpError(f"diagonal_scatter of an empty tensor at `{where}`; eager PyTorch runs it")
+    x, src = _operand(b, arg(args, kwargs, 0, "input"), meta.dtype, where), \
+        _operand(b, arg(args, kwargs, 1, "src"), meta.dtype, where)
+    offset, d1, d2 = _diagonal_dims(b, x, args, kwargs, 2, where)
+    if 0 in b.spec(src).shape:
+        return x
+    return b.add("diagonal_scatter", (x, src), TensorSpec(tuple(meta.shape), meta.dtype), offset=offset, dim1=d1,
+                 dim2=d2)
+
+
+@handles("aten.copy")
+def _copy(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    """The functional copy(x, src): ``src`` broadcast to ``x``'s shape in ``x``'s dtype (what ``x.copy_(src)``
+    writes); ``x``'s values are not read."""
+    if meta is None or not is_node(args[1]):
+        raise UnsupportedOpError(f"copy of {args[1]!r} at `{where}`")
+    src = int(args[1])
+    if b.spec(src).shape == tuple(meta.shape):
+        return cast_to(b, src, meta.dtype)
+    return b.add("cast", (src,), TensorSpec(tuple(meta.shape), meta.dtype))
 
 
 __all__: list[str] = []

@@ -1,8 +1,9 @@
-"""Eager's index errors for kernels that gather rows: checked on the index tensors before the kernel runs.
+"""Eager's index errors for kernels that gather or scatter rows: checked on the index tensors before the kernel runs.
 
 A ``gather`` node (``F.embedding``, ``x[index]``; ``kernelgen.ir.graph.MOVE_OPS``) reads row ``index`` of its
-source. Its kernels clamp the index so nothing is read out of bounds, but eager raises ``IndexError`` for an
-index out of range (and ``F.embedding`` for any negative one), and eager's error is the contract: so every
+source; a checked ``scatter``/``index_put`` node (``kernelgen.ir.graph.SCATTER_OPS``) writes there. Their kernels
+clamp the index so nothing is touched out of bounds, but eager raises for an index out of range (``IndexError``,
+or ``RuntimeError`` for scatter and index_add: the node's ``error``), and eager's error is the contract: so every
 launch of such a kernel first checks the index inputs' range (one min and one max over the index tensor,
 a few microseconds for the index tensors of embedding lookups) and raises eager's error type.
 """
@@ -14,32 +15,38 @@ from typing import Any
 
 from kernelgen.templates.indexing import input_view
 
-Check = tuple[int, int, bool]  # (kernel argument holding the index, rows of the source, negative indices wrap)
+# (kernel argument holding the index, size of the dim it indexes, negative indices wrap, eager's error, that dim)
+Check = tuple[int, int, bool, str, int]
+_ERRORS = {"IndexError": IndexError, "RuntimeError": RuntimeError}
 
 
 def index_checks(graph: Any) -> tuple[Check, ...]:
-    """The range checks the gathers of ``graph`` need (empty for a graph without gathers)."""
+    """The range checks the gathers and checked scatters of ``graph`` need (empty for a graph without them)."""
     checks = []
     for node in graph.nodes:
-        if node.op != "gather":
+        if node.op == "gather":
+            dim, error, wrap = 0, "IndexError", bool(node.attr("wrap", False))
+        elif node.op in ("scatter", "index_put") and node.attr("checked", False):
+            dim, error, wrap = int(node.attr("dim")), node.attr("error", "IndexError"), bool(node.attr("wrap", False))
+        else:
             continue
         view = input_view(graph, node.inputs[1])
-        if view is None:  # the templates refuse a computed index (kernelgen.templates.moves)
+        if view is None:  # the templates refuse a computed index (kernelgen.templates.moves, .scatter)
             continue
-        checks.append((view[0], graph.nodes[node.inputs[0]].spec.shape[0], bool(node.attr("wrap", False))))
+        checks.append((view[0], graph.nodes[node.inputs[0]].spec.shape[dim], wrap, error, dim))
     return tuple(dict.fromkeys(checks))
 
 
 def check(args: tuple, checks: tuple[Check, ...]) -> None:
-    """Raise eager's ``IndexError`` when an index argument holds a row outside its source."""
-    for arg, rows, wrap in checks:
+    """Raise eager's error when an index argument holds a position outside the dim it indexes."""
+    for arg, rows, wrap, error, dim in checks:
         index = args[arg]
         if index.numel() == 0:
             continue
         low, high = int(index.min()), int(index.max())
         if high >= rows or low < (-rows if wrap else 0):
             bad = high if high >= rows else low
-            raise IndexError(f"index {bad} is out of bounds for dimension 0 with size {rows}")
+            raise _ERRORS[error](f"index {bad} is out of bounds for dimension {dim} with size {rows}")
 
 
 def guarded(launch: Callable[..., None], checks: tuple[Check, ...]) -> Callable[..., None]:

@@ -1,7 +1,7 @@
 """Concatenation and constant padding inside a pointwise region, as index arithmetic instead of a copy.
 
-A pointwise kernel computes every node at the output coordinate. ``expand`` rewrites a graph holding ``cat``
-or ``pad`` nodes (``kernelgen.ir.graph.MOVE_OPS``) so that each node is computed at the coordinate its consumer
+A pointwise kernel computes every node at the output coordinate. ``expand`` rewrites a graph holding ``cat``,
+``pad``, ``gather`` or the scatters into views (``slice_scatter``, ``select_scatter``, ``diagonal_scatter``) nodes (``kernelgen.ir.graph.MOVE_OPS``) so that each node is computed at the coordinate its consumer
 reads it at: the k-th operand of a ``cat`` along ``d`` at ``c[d] - offset_k``, a padded value at
 ``c[d] - before``; the move itself becomes a ``where`` over a coordinate test. The expanded graph's leaves are
 loads of a kernel argument at an element offset and those tests, both written by the language's
@@ -31,13 +31,15 @@ Coords = tuple[str, ...]  # one integer expression per dim of a node's shape
 class CoordSyntax:
     """How a language writes index arithmetic: ``clamp(x, hi)`` puts integer ``x`` into ``[0, hi]``, ``both(a,
     b)`` is the conjunction of two tests, ``index(arg, offset, n)`` reads the integer at element ``offset`` of
-    argument ``arg`` as a row of ``n`` rows (negative counts from the end, the rest clamped into range), and
-    ``prelude`` defines what they call (prepended to the kernel)."""
+    argument ``arg`` as a row of ``n`` rows (negative counts from the end, the rest clamped into range),
+    ``floordiv(x, n)`` divides a non-negative integer by a positive constant, and ``prelude`` defines what they
+    call (prepended to the kernel)."""
 
     clamp: Callable[[str, int], str]
     both: Callable[[str, str], str]
     index: Callable[[int, str, int], str]
     prelude: str = ""
+    floordiv: Callable[[str, int], str] = lambda x, n: f"(({x}) / {n})"  # of a non-negative integer x
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,10 @@ def touches_dim0(graph: Graph) -> bool:
             return True
         if node.op == "gather" and graph.dynamic and graph.nodes[node.inputs[0]].spec.shape[0] == graph.dynamic:
             return True  # the rows' count is the clamp's bound
+        if node.op in ("slice_scatter", "select_scatter") and node.attr("dim") == 0:
+            return True
+        if node.op in ("diagonal", "diagonal_scatter") and 0 in (node.attr("dim1"), node.attr("dim2")):
+            return True
     return False
 
 
@@ -145,6 +151,10 @@ class _Expander:
             return self.leaf(LoadLeaf(arg, " + ".join(terms) or "0", node.spec.dtype), node.spec.dtype)
         if node.op in MOVES:
             return MOVES[node.op](self, node, coords)
+        if node.op == "reshape":  # of a computed value: it only adds or drops size-1 dims, each read at 0
+            kept = iter(c for c, size in zip(coords, node.spec.shape) if size != 1)
+            source = self.graph.nodes[node.inputs[0]].spec.shape
+            return self.value(node.inputs[0], tuple("0" if size == 1 else next(kept) for size in source))
         inputs = tuple(self.value(j, fit(coords, node.spec.shape, self.graph.nodes[j].spec.shape))
                        for j in node.inputs)
         return self.builder.add(node.op, inputs, node.spec, **dict(node.attrs))
@@ -202,7 +212,69 @@ def _gather(ex: _Expander, node: Node, coords: Coords) -> int:
     return ex.value(x, (row, *coords[rank:]))
 
 
-MOVES: dict[str, Callable[[_Expander, Node, Coords], int]] = {"cat": _cat, "pad": _pad, "gather": _gather}
+def _slice_scatter(ex: _Expander, node: Node, coords: Coords) -> int:
+    """``x`` with ``x[start:end:step]`` along ``dim`` replaced by ``src``: ``src`` at ``(c - start) / step`` where
+    ``c`` is one of the slice's positions, else ``x``."""
+    x, src = node.inputs
+    d, start, step = node.attr("dim"), node.attr("start"), node.attr("step")
+    size = ex.graph.nodes[src].spec.shape[d]
+    c = coords[d]
+    tests = [f"({c} >= {start})", f"({c} < {start + (size - 1) * step + 1})"]
+    if step == 1:
+        at = ex.shifted(c, start, size, clamp=True)
+    else:
+        shifted = ex.syntax.clamp(f"({c} - {start})", (size - 1) * step)
+        tests.append(f"({shifted} % {step} == 0)")
+        at = ex.syntax.floordiv(shifted, step)
+    inside = list(coords)
+    inside[d] = at
+    src_shape = ex.graph.nodes[src].spec.shape
+    return ex.select(node.spec, ex.test(tests), ex.value(src, fit(tuple(inside), node.spec.shape, src_shape)),
+                     ex.value(x, fit(coords, node.spec.shape, ex.graph.nodes[x].spec.shape)))
+
+
+def _select_scatter(ex: _Expander, node: Node, coords: Coords) -> int:
+    """``x`` with ``x.select(dim, index)`` replaced by ``src`` (which lacks ``dim``)."""
+    x, src = node.inputs
+    d = node.attr("dim")
+    rest = coords[:d] + coords[d + 1:]
+    shape = node.spec.shape[:d] + node.spec.shape[d + 1:]
+    return ex.select(node.spec, ex.test([f"({coords[d]} == {node.attr('index')})"]),
+                     ex.value(src, fit(rest, shape, ex.graph.nodes[src].spec.shape)),
+                     ex.value(x, fit(coords, node.spec.shape, ex.graph.nodes[x].spec.shape)))
+
+
+def _diagonal_at(node: Node, rank: int, rest: Coords, i: str) -> Coords:
+    """Coordinates in a value of ``rank`` dims of element ``i`` of the diagonal ``node`` names (``rest``: the
+    other dims' coordinates, in order)."""
+    offset, d1, d2 = node.attr("offset"), node.attr("dim1"), node.attr("dim2")
+    others = iter(rest)
+    shift = {d1: max(-offset, 0), d2: max(offset, 0)}
+    return tuple((i if shift[d] == 0 else f"({i} + {shift[d]})") if d in shift else next(others) for d in range(rank))
+
+
+def _diagonal(ex: _Expander, node: Node, coords: Coords) -> int:
+    """``torch.diagonal(x, offset, dim1, dim2)``: the last coordinate walks the diagonal, the others are ``x``'s
+    other dims in order."""
+    (x,) = node.inputs
+    return ex.value(x, _diagonal_at(node, ex.graph.nodes[x].spec.rank, coords[:-1], coords[-1]))
+
+
+def _diagonal_scatter(ex: _Expander, node: Node, coords: Coords) -> int:
+    """``x`` with its diagonal (``offset``, ``dim1``, ``dim2``) replaced by ``src``."""
+    x, src = node.inputs
+    offset, d1, d2 = node.attr("offset"), node.attr("dim1"), node.attr("dim2")
+    src_shape = ex.graph.nodes[src].spec.shape
+    rest = tuple(c for d, c in enumerate(coords) if d not in (d1, d2))
+    i = ex.shifted(coords[d1], max(-offset, 0), src_shape[-1], clamp=True)
+    test = ex.test([f"(({coords[d2]}) - ({coords[d1]}) == {offset})"])
+    return ex.select(node.spec, test, ex.value(src, rest + (i,)),
+                     ex.value(x, fit(coords, node.spec.shape, ex.graph.nodes[x].spec.shape)))
+
+
+MOVES: dict[str, Callable[[_Expander, Node, Coords], int]] = {
+    "cat": _cat, "pad": _pad, "gather": _gather, "slice_scatter": _slice_scatter, "select_scatter": _select_scatter,
+    "diagonal": _diagonal, "diagonal_scatter": _diagonal_scatter}
 """How each move op reads its operands: a function of (expander, node, the node's coordinates) -> value id."""
 
 

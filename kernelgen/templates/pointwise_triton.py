@@ -118,7 +118,7 @@ def _index(arg: int, offset: str, n: int) -> str:
 
 
 COORDS = CoordSyntax(clamp=lambda x, hi: f"tl.minimum(tl.maximum({x}, 0), {hi})", both=lambda a, b: f"({a} & {b})",
-                     index=_index,
+                     index=_index, floordiv=lambda x, n: f"(({x}) // {n})",
                      prelude="@triton.jit\ndef kg_index(i, n):\n    i = tl.where(i < 0, i + n, i)\n"
                              "    return tl.minimum(tl.maximum(i, 0), n - 1)\n\n\n")
 """Index arithmetic for cat/pad/gather in Triton (``kernelgen.templates.moves``)."""

@@ -14,12 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kernelgen.codegen.renderer import INT_LIMITS
 from kernelgen.ir.graph import ELEMENTWISE_OPS, MOVE_OPS, WINDOW_OPS, Graph, Node
 from kernelgen.templates.base import Problem, Template
 from kernelgen.templates.indexing import is_input_view
 from kernelgen.templates.moves import renderable
 
-LOWEST = {"int8": -2**7, "uint8": 0, "int16": -2**15, "int32": -2**31, "int64": -2**63}
+LOWEST = {dtype: low for dtype, (low, _) in INT_LIMITS.items()}
 """The identity of an integer max (a float max starts at -inf)."""
 _SHARED = ("spatial", "kernel", "stride", "padding", "dilation", "adaptive", "count_include_pad", "divisor",
            "ceil_mode")
