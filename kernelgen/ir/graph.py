@@ -90,10 +90,12 @@ An index out of range raises ``error`` (eager's type) before the kernel runs (``
 ``opmath``: float16/bfloat16 values combine in float32, rounded once at the end (eager's scatter reductions and
 index_add), else at every step (eager's index_put)."""
 OPS = ELEMENTWISE_OPS | REDUCTION_OPS | VIEW_OPS | MOVE_OPS | SCAN_OPS | WINDOW_OPS | SCATTER_OPS | {
-    "input", "matmul", "attention", "attention_lse", "custom_call"}
+    "input", "matmul", "attention", "attention_lse", "attention_grad", "custom_call"}
 """Every op a Graph may hold. Attributes: input(index), const(value), gelu(approximate: "none"|"tanh"),
 reduction ops (dims: the reduced dims, absent for the last one; always keepdim), attention(causal, scale) reading
 (q, k, v[, mask]), attention_lse (the same inputs and attributes: the row logsumexp of that attention's scores),
+attention_grad(part: "q" | "k" | "v", causal, scale) reading (grad_out, q, k, v, out, lse[, mask]): the gradient of that
+attention with respect to q, k or v, recomputed from the saved logsumexp as ATen's flash backward does,
 custom_call(name), cat(dim), pad(pads), gather(wrap), cumsum/cumprod(dim), window/window_grad(reduce, kernel, stride,
 padding, dilation, adaptive, count_include_pad, divisor), scatter/index_put(dim, reduce, include_self, checked, wrap,
 error, opmath)."""
@@ -177,7 +179,7 @@ class Graph:
         abstract = self.to_json()
         for node in abstract["nodes"]:
             node["spec"] = {"rank": len(node["spec"]["shape"]), "dtype": node["spec"]["dtype"]}
-            if node["op"] in ("const", "attention", "attention_lse"):
+            if node["op"] in ("const", "attention", "attention_lse", "attention_grad"):
                 node["attrs"] = {k: v for k, v in node["attrs"].items() if k not in ("value", "scale")} | (
                     {"value": node["attrs"]["value"]} if node["op"] == "const" else {})
         return content_hash(abstract, 24)

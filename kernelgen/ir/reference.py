@@ -142,6 +142,15 @@ def _eval_node(torch: Any, ops: dict, node: Node, values: list, inputs: Sequence
             q, k, v, 0.0, node.attr("causal"), attn_mask=None if mask is None else mask.cpu(),
             scale=node.attr("scale"))[1].to(args[0].device)
         return lse if args[0].dim() == 4 else lse.squeeze(1)
+    if op == "attention_grad":  # ATen's CPU flash backward (GPU tensors: on CPU copies, moved back)
+        grad, q, k, v, out = (a.cpu() if a.dim() == 4 else a.cpu().unsqueeze(1) for a in args[:5])
+        lse = args[5].cpu() if args[5].dim() == 3 else args[5].cpu().unsqueeze(1)  # [batch, (heads,) queries]
+        mask = _float_mask(torch, [args[1], args[2], args[3], args[6]]) if len(args) > 6 else None
+        grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            grad, q, k, v, out, lse.float() if q.dtype != torch.float64 else lse, 0.0, node.attr("causal"),
+            attn_mask=None if mask is None else mask.cpu(), scale=node.attr("scale"))
+        result = grads["qkv".index(node.attr("part"))].to(args[0].device)
+        return result if args[1].dim() == 4 else result.squeeze(1)
     if op == "custom_call":
         if custom_calls is None:
             raise KernelgenError(f"custom call {node.attr('name')!r} needs the registry to evaluate")

@@ -158,6 +158,23 @@ handles("aten._scaled_dot_product_flash_attention")(
     lambda b, args, kwargs, meta, where: _sdpa_flash(b, args, kwargs, where, cpu=False))
 
 
+@handles("aten._scaled_dot_product_flash_attention_for_cpu_backward")
+def _sdpa_flash_backward(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> tuple:
+    """(grad_q, grad_k, grad_v) of the CPU flash op from its saved output and logsumexp: three ``attention_grad``
+    nodes over the same inputs, which the attention backward template computes in one kernel."""
+    grad, q, k, v, out, lse = args[:6]
+    dropout, causal = arg(args, kwargs, 6, "dropout_p", 0.0), bool(arg(args, kwargs, 7, "is_causal", False))
+    mask = kwargs.get("attn_mask")
+    if dropout or not all(is_node(t) for t in (grad, q, k, v, out, lse)) or (mask is not None and not is_node(mask)):
+        raise UnsupportedOpError(f"attention backward with dropout or constant operands at `{where}`")
+    q, k, v = int(q), int(k), int(v)
+    scale = kwargs.get("scale")
+    scale = float(scale) if scale is not None else 1.0 / math.sqrt(b.spec(q).shape[-1])
+    operands = (int(grad), q, k, v, int(out), int(lse)) + (() if mask is None else (int(mask),))
+    return tuple(ref(b.add("attention_grad", operands, TensorSpec(b.spec(x).shape, b.spec(x).dtype), part=part,
+                           causal=causal, scale=scale)) for part, x in (("q", q), ("k", k), ("v", v)))
+
+
 @handles("aten.mean")
 def _mean(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     return RULES["mean"](b, args[:2], {"keepdim": arg(args, kwargs, 2, "keepdim", False)}, meta, where)

@@ -62,6 +62,11 @@ class Template(ABC):
             raise ValueError(f"config {dict(config)} is invalid for {self.name}: {'; '.join(problems)}")
         return self.backend_module(target.backend).render(problem, config, target)
 
+    def tolerance(self, problem: Problem, dtype: str) -> tuple[float, float] | None:
+        """``(rtol, atol)`` this template's outputs of ``dtype`` are checked with for ``problem``, or None for the
+        shared per-dtype table (a template whose sums cancel by construction says how far they may drift)."""
+        return None
+
     def source_hash(self, backend: str) -> str:
         """Hash of everything that shapes this template's code for ``backend``: the kernelgen modules its
         family and renderer modules import (transitively), its text files and the backend's compile

@@ -38,6 +38,9 @@ class TemplateImplementation(Implementation):
     def build(self, config: Config, target: Target) -> Launcher:
         return get_backend(self.backend).compile(self.render(config, target))
 
+    def tolerance(self, dtype: str) -> tuple[float, float] | None:
+        return self.template.tolerance(self.problem, dtype)
+
     def shape_generic(self, target: Target) -> bool:
         """True when the template renders the batch size as a kernel argument on this backend (its source
         says so in ``meta["dynamic"]``); a template that bakes it in, or fails to render, is not generic."""
