@@ -50,7 +50,8 @@ REDUCTION_OPS = frozenset({"sum", "prod", "max", "min", "argmax", "argmin"})
 INDEX_REDUCTIONS = frozenset({"argmax", "argmin"})
 """Reductions whose result is the int64 position of the extreme value, not a value."""
 VIEW_OPS = frozenset({"reshape", "transpose"})  # reshape only adds/drops size-1 dims; transpose swaps the last two
-MOVE_OPS = frozenset({"cat", "pad", "gather", "slice_scatter", "select_scatter", "diagonal", "diagonal_scatter"})
+MOVE_OPS = frozenset({"cat", "pad", "gather", "slice_scatter", "select_scatter", "diagonal", "diagonal_scatter",
+                      "take_along", "unfold"})
 """Data movement that a template renders as index arithmetic (``kernelgen.templates.moves``), never a copy:
 ``cat(a, b, ...; dim)`` of same-rank values along ``dim``; ``pad(x, fill; pads)`` with ``pads`` one
 ``(before, after)`` pair per dim (negative crops) and ``fill`` outside the window; ``gather(x, index)`` the rows
@@ -61,7 +62,9 @@ the kernel itself clamps it to the nearest row, so it never reads out of bounds.
 step)`` is ``x`` with ``x[.., start:end:step, ..]`` (along ``dim``) replaced by ``src``; ``select_scatter(x, src; dim,
 index)`` is ``x`` with ``x.select(dim, index)`` replaced by ``src``; ``diagonal(x; offset, dim1, dim2)`` is
 ``torch.diagonal(x, offset, dim1, dim2)`` as a new tensor (``diagonal_copy``); ``diagonal_scatter(x, src; offset, dim1,
-dim2)`` is ``x`` with that diagonal replaced by ``src`` (the functional forms of writes into views)."""
+dim2)`` is ``x`` with that diagonal replaced by ``src`` (the functional forms of writes into views); ``take_along(x, index;
+dim)`` is ``torch.gather(x, dim, index)`` (an index out of range raises eager's ``RuntimeError`` before the kernel
+runs); ``unfold(x; dim, size, step)`` is ``x.unfold(dim, size, step)`` as a new tensor (``unfold_copy``)."""
 SCAN_OPS = frozenset({"cumsum", "cumprod"})
 """Inclusive scans along dim ``dim`` (same shape as their input, which is already in the node's dtype). Eager's
 accumulator: int64 for integers, float32 for float16/bfloat16, float64 for float32 on CPU."""

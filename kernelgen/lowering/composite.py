@@ -140,13 +140,22 @@ def _linear(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     return b.elementwise("add", (y, int(bias))) if is_node(bias) else y
 
 
-@handles("addmm")
+@handles("addmm", "baddbmm")
 def _addmm(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    """addmm / baddbmm(input, x, w, beta=1, alpha=1) = beta * input + alpha * (x @ w); with beta 0 eager ignores
+    ``input`` altogether (its NaN and inf do not propagate), so the GEMM is the result."""
     bias, x, w = int(args[0]), int(args[1]), int(args[2])
     beta, alpha = kwargs.get("beta", 1), kwargs.get("alpha", 1)
+    if meta is None or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (beta, alpha)) \
+            or alpha == 0:
+        raise UnsupportedOpError(f"addmm with beta={beta!r}, alpha={alpha!r} at `{where}`; eager decides")
+    if b.spec(x).rank != b.spec(w).rank or b.spec(x).shape[-1] != b.spec(w).shape[-2]:
+        raise UnsupportedOpError(f"addmm of {list(b.spec(x).shape)} and {list(b.spec(w).shape)} at `{where}`")
     y = b.add("matmul", (x, w), TensorSpec(meta.shape, meta.dtype))
     if alpha != 1:
         y = b.elementwise("mul", (y, b.scalar_or_node(alpha, y)))
+    if beta == 0:
+        return y
     if beta != 1:
         bias = b.elementwise("mul", (bias, b.scalar_or_node(beta, bias)))
     return b.elementwise("add", (y, bias))

@@ -200,6 +200,38 @@ def _diagonal_scatter(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) 
                  dim2=d2)
 
 
+@handles("gather")
+def _take_along(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    """torch.gather(x, dim, index): ``x`` read along ``dim`` where ``index`` says (same rank; an index out of
+    range raises eager's RuntimeError before the kernel runs)."""
+    x, dim, index = arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "dim"), arg(args, kwargs, 2, "index")
+    if meta is None or not (is_node(x) and is_node(index)) or kwargs.get("sparse_grad"):
+        raise UnsupportedOpError(f"gather of {x!r} by {index!r} at `{where}`; eager PyTorch runs it")
+    x, index = int(x), int(index)
+    shape, ishape = b.spec(x).shape, b.spec(index).shape
+    if (b.spec(index).dtype != "int64" and b.spec(index).numel) or len(shape) != len(ishape) or not shape \
+            or 0 in shape:  # (eager takes an empty index of any integer dtype: an empty result)
+        raise UnsupportedOpError(f"gather of {list(shape)} by a {b.spec(index).dtype}{list(ishape)} index at "
+                                 f"`{where}`; eager decides")
+    d = _dim(dim, len(shape), where)
+    if any(i > n for e, (i, n) in enumerate(zip(ishape, shape)) if e != d):
+        raise UnsupportedOpError(f"gather index {list(ishape)} larger than {list(shape)} at `{where}`; eager raises")
+    return b.add("take_along", (cast_to(b, x, meta.dtype), index), TensorSpec(tuple(meta.shape), meta.dtype), dim=d)
+
+
+@handles("unfold_copy")
+def _unfold_copy(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    x, dim, size, step = (arg(args, kwargs, i, n) for i, n in enumerate(("input", "dimension", "size", "step")))
+    if meta is None or not is_node(x) or 0 in meta.shape or not all(isinstance(v, int) for v in (size, step)):
+        raise UnsupportedOpError(f"unfold_copy of {x!r} at `{where}`; eager PyTorch runs it")
+    x = int(x)
+    rank = b.spec(x).rank
+    if rank == 0 or step < 1:
+        raise UnsupportedOpError(f"unfold_copy of a rank-{rank} tensor at `{where}`; eager decides")
+    return b.add("unfold", (cast_to(b, x, meta.dtype),), TensorSpec(tuple(meta.shape), meta.dtype),
+                 dim=_dim(dim, rank, where), size=size, step=step)
+
+
 @handles("aten.copy")
 def _copy(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     """The functional copy(x, src): ``src`` broadcast to ``x``'s shape in ``x``'s dtype (what ``x.copy_(src)``

@@ -26,6 +26,8 @@ def index_checks(graph: Any) -> tuple[Check, ...]:
     for node in graph.nodes:
         if node.op == "gather":
             dim, error, wrap = 0, "IndexError", bool(node.attr("wrap", False))
+        elif node.op == "take_along":  # torch.gather: no negative index, RuntimeError
+            dim, error, wrap = int(node.attr("dim")), "RuntimeError", False
         elif node.op in ("scatter", "index_put") and node.attr("checked", False):
             dim, error, wrap = int(node.attr("dim")), node.attr("error", "IndexError"), bool(node.attr("wrap", False))
         else:

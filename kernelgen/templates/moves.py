@@ -81,7 +81,7 @@ class Expansion:
 def renderable(graph: Graph) -> bool:
     """Whether ``expand`` can render every move: a gather's index must be read from an input (its value is a
     coordinate, so it cannot be an expression of the IR's ops)."""
-    return all(input_view(graph, n.inputs[1]) is not None for n in graph.nodes if n.op == "gather")
+    return all(input_view(graph, n.inputs[1]) is not None for n in graph.nodes if n.op in ("gather", "take_along"))
 
 
 def touches_dim0(graph: Graph) -> bool:
@@ -96,6 +96,8 @@ def touches_dim0(graph: Graph) -> bool:
         if node.op in ("slice_scatter", "select_scatter") and node.attr("dim") == 0:
             return True
         if node.op in ("diagonal", "diagonal_scatter") and 0 in (node.attr("dim1"), node.attr("dim2")):
+            return True
+        if node.op in ("take_along", "unfold") and node.attr("dim") == 0:
             return True
     return False
 
@@ -272,7 +274,32 @@ def _diagonal_scatter(ex: _Expander, node: Node, coords: Coords) -> int:
                      ex.value(x, fit(coords, node.spec.shape, ex.graph.nodes[x].spec.shape)))
 
 
+def _take_along(ex: _Expander, node: Node, coords: Coords) -> int:
+    """``torch.gather(x, dim, index)``: ``x`` at the coordinate with ``dim`` replaced by the index read there."""
+    x, index = node.inputs
+    d = node.attr("dim")
+    arg, shape, strides = input_view(ex.graph, index)
+    at = fit(coords, node.spec.shape, shape)
+    offset = " + ".join(c if st == 1 else f"{c} * {st}" for c, st, size in zip(at, strides, shape)
+                        if size != 1 and st != 0 and c != "0") or "0"
+    inside = list(coords)
+    inside[d] = ex.syntax.index(arg, offset, ex.graph.nodes[x].spec.shape[d])
+    return ex.value(x, tuple(inside))
+
+
+def _unfold(ex: _Expander, node: Node, coords: Coords) -> int:
+    """``x.unfold(dim, size, step)``: window ``w`` (along ``dim``), element ``s`` (the last dim) is ``x`` at
+    ``w * step + s`` along ``dim``."""
+    (x,) = node.inputs
+    d, step = node.attr("dim"), node.attr("step")
+    inside = list(coords[:-1])
+    w, s = coords[d], coords[-1]
+    inside[d] = s if w == "0" else (f"({w} * {step} + {s})" if s != "0" else f"({w} * {step})")
+    return ex.value(x, tuple(inside))
+
+
 MOVES: dict[str, Callable[[_Expander, Node, Coords], int]] = {
+    "take_along": _take_along, "unfold": _unfold,
     "cat": _cat, "pad": _pad, "gather": _gather, "slice_scatter": _slice_scatter, "select_scatter": _select_scatter,
     "diagonal": _diagonal, "diagonal_scatter": _diagonal_scatter}
 """How each move op reads its operands: a function of (expander, node, the node's coordinates) -> value id."""

@@ -84,6 +84,34 @@ def _r(*shape, dtype=torch.float32):
     return torch.randn(*shape).to(dtype)
 
 
+def kv_cache_write(cache, new):
+    return torch.slice_scatter(cache, new * 2, 2, 4, 6) + 1  # cache[:, :, 4:6] = new * 2, functionalized
+
+
+def strided_slice_write(x, src):
+    return torch.slice_scatter(x, src, 1, 1, 8, 3).exp()
+
+
+def select_write(x, y):
+    return torch.select_scatter(x, y, 0, -1), x * y  # two outputs of one shape
+
+
+def diagonal_copy_below(x):
+    return torch.diagonal_copy(x, -1) * 2
+
+
+def diagonal_write(x, d):
+    return torch.diagonal_scatter(x, d.sin(), 1, 1, 2)
+
+
+def gather_along_dim1(x, index):
+    return torch.gather(x.exp(), 1, index) - 1
+
+
+def unfold_windows(x):
+    return torch.unfold_copy(x, 1, 3, 2) * 3
+
+
 def cases():
     """(fn, inputs) pairs; every value comes from the global RNG (seeded by the caller)."""
     return [
@@ -104,4 +132,11 @@ def cases():
         (embedding_of_a_computed_table_int32_index, (_r(7, 4), torch.tensor([6, 0, 3], dtype=torch.int32),
                                                       _r(1, 4))),
         (cat_input_and_computed, (_r(3, 4, dtype=torch.float16), _r(3, 5, dtype=torch.float16))),
+        (kv_cache_write, (_r(2, 3, 8, 4), _r(2, 3, 2, 4))),
+        (strided_slice_write, (_r(3, 9), _r(3, 3))),
+        (select_write, (_r(4, 5), _r(5))),
+        (diagonal_copy_below, (_r(4, 5),)),
+        (diagonal_write, (_r(2, 4, 5), _r(2, 4))),
+        (gather_along_dim1, (_r(4, 6), torch.tensor([[5, 0, 0], [1, 2, 3], [4, 4, 4], [0, 5, 1]]))),
+        (unfold_windows, (_r(2, 9, 3),)),
     ]
