@@ -65,9 +65,10 @@ index)`` is ``x`` with ``x.select(dim, index)`` replaced by ``src``; ``diagonal(
 dim2)`` is ``x`` with that diagonal replaced by ``src`` (the functional forms of writes into views); ``take_along(x, index;
 dim)`` is ``torch.gather(x, dim, index)`` (an index out of range raises eager's ``RuntimeError`` before the kernel
 runs); ``unfold(x; dim, size, step)`` is ``x.unfold(dim, size, step)`` as a new tensor (``unfold_copy``)."""
-SCAN_OPS = frozenset({"cumsum", "cumprod"})
+SCAN_OPS = frozenset({"cumsum", "cumprod", "logcumsumexp"})
 """Inclusive scans along dim ``dim`` (same shape as their input, which is already in the node's dtype). Eager's
-accumulator: int64 for integers, float32 for float16/bfloat16, float64 for float32 on CPU."""
+accumulator: int64 for integers, float32 for float16/bfloat16, float64 for float32 on CPU. ``logcumsumexp`` (floats
+only) combines as eager's ``log_add_exp``: ``log1p(exp(min - max)) + max``, NaN propagating, equal infinities kept."""
 WINDOW_OPS = frozenset({"window", "window_grad"})
 """Reductions over a sliding window of the trailing ``len(kernel)`` dims (pooling: Inductor's and XLA's
 reduce-window). ``window(x)`` reduces each output position's window of ``x``: ``reduce`` is ``max`` (NaN wins),
@@ -99,7 +100,7 @@ reduction ops (dims: the reduced dims, absent for the last one; always keepdim),
 (q, k, v[, mask]), attention_lse (the same inputs and attributes: the row logsumexp of that attention's scores),
 attention_grad(part: "q" | "k" | "v", causal, scale) reading (grad_out, q, k, v, out, lse[, mask]): the gradient of that
 attention with respect to q, k or v, recomputed from the saved logsumexp as ATen's flash backward does,
-custom_call(name), cat(dim), pad(pads), gather(wrap), cumsum/cumprod(dim), window/window_grad(reduce, kernel, stride,
+custom_call(name), cat(dim), pad(pads), gather(wrap), cumsum/cumprod/logcumsumexp(dim), window/window_grad(reduce, kernel, stride,
 padding, dilation, adaptive, count_include_pad, divisor), scatter/index_put(dim, reduce, include_self, checked, wrap,
 error, opmath)."""
 

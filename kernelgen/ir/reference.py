@@ -127,7 +127,7 @@ def _eval_node(torch: Any, ops: dict, node: Node, values: list, inputs: Sequence
         return torch.gather(x, node.attr("dim"), index)
     if op == "unfold":
         return args[0].expand(input_shapes[0]).unfold(node.attr("dim"), node.attr("size"), node.attr("step"))
-    if op in ("cumsum", "cumprod"):  # eager's own scan in the node's dtype (its accumulator rules)
+    if op in ("cumsum", "cumprod", "logcumsumexp"):  # eager's own scan in the node's dtype (its accumulator rules)
         return getattr(torch, op)(args[0].expand(input_shapes[0]).to(dtype), node.attr("dim")).to(
             _compute_dtype(torch, dtype))
     if op in ("window", "window_grad"):

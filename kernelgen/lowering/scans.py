@@ -1,5 +1,5 @@
-"""Lowering handlers for the cumulative ops (``torch.cumsum``, ``torch.cumprod`` and their ATen overloads) to the
-IR's scans (``kernelgen.ir.graph.SCAN_OPS``), which the scan template renders (``kernelgen.templates.scan``).
+"""Lowering handlers for the cumulative ops (``torch.cumsum``, ``torch.cumprod``, ``torch.logcumsumexp`` and their
+ATen overloads) to the IR's scans (``kernelgen.ir.graph.SCAN_OPS``), which the scan template renders (``kernelgen.templates.scan``).
 
 Registered in the table of ``kernelgen.lowering.rules``.
 """
@@ -35,6 +35,14 @@ def _scan(op: str) -> Any:
 
 handles("cumsum")(_scan("cumsum"))
 handles("cumprod")(_scan("cumprod"))
+
+
+@handles("logcumsumexp")
+def _logcumsumexp(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    """logcumsumexp(x, dim): float only (eager refuses integers); a size-1 dim is the value itself."""
+    if meta is None or not (meta.dtype.startswith("float") or meta.dtype == "bfloat16"):
+        raise UnsupportedOpError(f"logcumsumexp to {getattr(meta, 'dtype', None)} at `{where}`; eager decides")
+    return _scan("logcumsumexp")(b, args, kwargs, meta, where)
 
 
 __all__: list[str] = []

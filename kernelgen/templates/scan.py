@@ -1,4 +1,4 @@
-"""Scan template, matching: one inclusive scan (``cumsum``/``cumprod``) along any dim, with an elementwise
+"""Scan template, matching: one inclusive scan (``cumsum``/``cumprod``/``logcumsumexp``) along any dim, with an elementwise
 prologue computing its input and an elementwise epilogue reading its running value, one row per task (a row:
 every element along the scanned dim at one coordinate of the others, read and written through strides).
 
@@ -18,7 +18,7 @@ from kernelgen.templates.moves import renderable
 
 ACCUMULATOR = {"float16": "float32", "bfloat16": "float32", "float32": "float64", "float64": "float64"}
 """Eager's CPU accumulator dtype per result dtype (``at::acc_type<T, false>``); every integer is int64."""
-IDENTITY = {"cumsum": 0, "cumprod": 1}
+IDENTITY = {"cumsum": 0, "cumprod": 1, "logcumsumexp": "-inf"}
 
 
 def accumulator(dtype: str) -> str:

@@ -30,7 +30,12 @@ def space(problem: ScanProblem, target: Target) -> SearchSpace:
 
 
 def _update(op: str, dtype: str, x: str) -> str:
-    """``acc = acc op x`` in the accumulator; integers wrap as eager's int64 does (unsigned arithmetic, no UB)."""
+    """``acc = acc op x`` in the accumulator; integers wrap as eager's int64 does (unsigned arithmetic, no UB);
+    logcumsumexp is eager's ``_log_add_exp_helper(x, acc)``."""
+    if op == "logcumsumexp":
+        return (f"{{ const acc_t xv = (acc_t)({x}); const bool nan = acc != acc;"
+                " const acc_t mn = nan ? acc : (acc < xv ? acc : xv), mx = nan ? acc : (xv < acc ? acc : xv);"
+                " acc = (mn != mx || std::isfinite(mn)) ? std::log1p(std::exp(mn - mx)) + mx : xv; }")
     if dtype.startswith("float") or dtype == "bfloat16":
         return f"acc = acc {_INFIX[op]} (acc_t)({x});"
     return f"acc = (int64_t)((uint64_t)acc {_INFIX[op]} (uint64_t)(int64_t)({x}));"
@@ -76,7 +81,9 @@ def render(problem: ScanProblem, config: Config, target: Target) -> Source:
         for d in reversed(row_dims[1:]):
             lines.append(f"    const int64_t i{d} = rem % {shape[d]}; rem /= {shape[d]};")
         lines.append(f"    const int64_t i{row_dims[0]} = rem;")  # the outermost needs no size (it may be n0)
-    lines += [f"    const int64_t base = {base};", f"    acc_t acc = {IDENTITY[node.op]};",
+    start = IDENTITY[node.op] if not isinstance(IDENTITY[node.op], str) else \
+        cpp_expr.literal(IDENTITY[node.op], accumulator(dtype))
+    lines += [f"    const int64_t base = {base};", f"    acc_t acc = {start};",
               "    for (int64_t k = 0; k < n; ++k) {"]
     lines += ["      " + line for line in (*prologue, *step, *epilogue, *stores)]
     lines += ["    }", "  }", "}", ""]

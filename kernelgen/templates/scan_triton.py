@@ -1,6 +1,6 @@
 """Scan template, Triton renderer: one program per row (strided along the scanned dim when it is not the last),
 the row a power-of-two block scanned by ``tl.cumsum`` /
-``tl.cumprod`` in eager's accumulator type for the tensors' device (``_accumulator``). Rows longer than ``MAX_ROW`` elements are left to eager.
+``tl.cumprod`` / ``tl.associative_scan`` (logcumsumexp) in eager's accumulator type for the tensors' device (``_accumulator``). Rows longer than ``MAX_ROW`` elements are left to eager.
 """
 
 from __future__ import annotations
@@ -72,8 +72,10 @@ def render(problem: ScanProblem, config: Config, target: Target) -> Source:
     emitter = ExprEmitter(g2, names, interpreter=interp)
     lines += ["    " + line for line in emitter.emit(dag_nodes(g2, [source], names))]
     acc = _accumulator(dtype, interp)
-    lines += [f"    x = tl.where(mask, tl.broadcast_to({emitter.names[source]}, [BLOCK]).to({acc}), {IDENTITY[node.op]})",
-              f"    acc = tl.{node.op}(x, 0)",
+    identity = 'float("-inf")' if IDENTITY[node.op] == "-inf" else IDENTITY[node.op]
+    scan = "tl.associative_scan(x, 0, kg_log_add_exp)" if node.op == "logcumsumexp" else f"tl.{node.op}(x, 0)"
+    lines += [f"    x = tl.where(mask, tl.broadcast_to({emitter.names[source]}, [BLOCK]).to({acc}), {identity})",
+              f"    acc = {scan}",
               f"    sv = acc.to({TL_DTYPE[compute_dtype(dtype)]})"]
     lines += ["    " + line for line in emitter.emit(dag_nodes(g2, outputs, emitter.names))]
     for j, (out, spec) in enumerate(zip(outputs, graph.output_specs)):
@@ -82,7 +84,22 @@ def render(problem: ScanProblem, config: Config, target: Target) -> Source:
     meta = FrozenMap({"signature": signature_json(graph), "grid": json.dumps([problem.rows]),
                       "constexprs": json.dumps({"BLOCK": block}), "num_warps": int(config["num_warps"]),
                       "num_stages": 1})
-    return Source("triton", HEADER + COORDS.prelude + "\n".join(lines) + "\n", ENTRY, meta=meta)
+    prelude = COORDS.prelude + (_LOG_ADD_EXP if node.op == "logcumsumexp" else "")
+    return Source("triton", HEADER + prelude + "\n".join(lines) + "\n", ENTRY, meta=meta)
+
+
+# eager's _log_add_exp_helper as a scan's combine (applied in a tree, not left to right: float tolerance)
+_LOG_ADD_EXP = """@triton.jit
+def kg_log_add_exp(a, b):
+    nan = (a != a) | (b != b)  # NaN on either side stays (the tree meets it on either side)
+    mn = tl.minimum(a, b)
+    mx = tl.maximum(a, b)
+    keep = (mn != mx) | (tl.abs(mn) < float("inf"))
+    out = tl.where(keep, tl.log(1.0 + tl.exp(tl.where(keep, mn - mx, 0.0))) + mx, a)
+    return tl.where(nan, a + b, out)
+
+
+"""
 
 
 __all__ = ["ENTRY", "MAX_ROW", "render", "space"]

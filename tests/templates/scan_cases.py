@@ -61,6 +61,10 @@ def scan_of_gathered_rows(table, index):
     return F.embedding(index, table).cumsum(-1)  # the index is read once per row, not per element
 
 
+def logcumsumexp_with_infinities(x):
+    return torch.logcumsumexp(x * 2, 1)
+
+
 def cases():
     return [
         (plain_cumsum, (torch.randn(4, 37),)),
@@ -76,6 +80,9 @@ def cases():
         (cumsum_along_dim0, (torch.randn(9, 4), torch.randn(4))),
         (cumprod_along_a_middle_dim_of_a_transposed_input, (torch.rand(2, 5, 7) + 0.5,)),
         (scan_of_gathered_rows, (torch.randn(10, 6), torch.tensor([[4, 2], [7, 0]]))),
+        (logcumsumexp_with_infinities, (torch.tensor([[float("-inf"), 1.0, float("inf"), 2.0, float("inf")],
+                                                      [0.5, float("nan"), -3.0, float("-inf"), 4.0],
+                                                      [float("-inf"), float("-inf"), 30.0, -30.0, 0.0]]),)),
     ]
 
 
