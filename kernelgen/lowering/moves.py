@@ -126,6 +126,14 @@ def _operand(b: Any, value: Any, dtype: str, where: str) -> int:
     return cast_to(b, int(value), dtype)
 
 
+def _write_operands(b: Any, args: tuple, kwargs: dict, meta: Any, where: str, name: str) -> tuple[int, int]:
+    """``(x, src)`` of a functional write into a view of ``x``, in the result's dtype."""
+    if meta is None or 0 in meta.shape:
+        raise UnsupportedOpError(f"{name} of an empty tensor at `{where}`; eager PyTorch runs it")
+    return (_operand(b, arg(args, kwargs, 0, "input"), meta.dtype, where),
+            _operand(b, arg(args, kwargs, 1, "src"), meta.dtype, where))
+
+
 def _dim(value: Any, rank: int, where: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not -rank <= value < rank:
         raise UnsupportedOpError(f"dim {value!r} of a rank-{rank} tensor at `{where}`; eager decides")
@@ -135,10 +143,7 @@ def _dim(value: Any, rank: int, where: str) -> int:
 @handles("slice_scatter")
 def _slice_scatter(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     """slice_scatter(x, src, dim=0, start=None, end=None, step=1): the slice's bounds as eager normalises them."""
-    if meta is None or 0 in meta.shape:
-        raise UnsupportedOpError(f"slice_scatter of an empty tensor at `{where}`; eager PyTorch runs it")
-    x, src = _operand(b, arg(args, kwargs, 0, "input"), meta.dtype, where), \
-        _operand(b, arg(args, kwargs, 1, "src"), meta.dtype, where)
+    x, src = _write_operands(b, args, kwargs, meta, where, "slice_scatter")
     shape = b.spec(x).shape
     d = _dim(arg(args, kwargs, 2, "dim", 0), len(shape), where)
     start, end, step = (arg(args, kwargs, i, n, v) for i, n, v in ((3, "start", None), (4, "end", None), (5, "step", 1)))
@@ -156,10 +161,7 @@ def _slice_scatter(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> 
 
 @handles("select_scatter")
 def _select_scatter(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
-    if meta is None or 0 in meta.shape:
-        raise UnsupportedOpError(f"select_scatter of an empty tensor at `{where}`; eager PyTorch runs it")
-    x, src = _operand(b, arg(args, kwargs, 0, "input"), meta.dtype, where), \
-        _operand(b, arg(args, kwargs, 1, "src"), meta.dtype, where)
+    x, src = _write_operands(b, args, kwargs, meta, where, "select_scatter")
     shape = b.spec(x).shape
     d = _dim(arg(args, kwargs, 2, "dim"), len(shape), where)
     index = arg(args, kwargs, 3, "index")
@@ -189,10 +191,7 @@ def _diagonal_copy(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> 
 
 @handles("diagonal_scatter")
 def _diagonal_scatter(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
-    if meta is None or 0 in meta.shape:
-        raise UnsupportedOpError(f"diagonal_scatter of an empty tensor at `{where}`; eager PyTorch runs it")
-    x, src = _operand(b, arg(args, kwargs, 0, "input"), meta.dtype, where), \
-        _operand(b, arg(args, kwargs, 1, "src"), meta.dtype, where)
+    x, src = _write_operands(b, args, kwargs, meta, where, "diagonal_scatter")
     offset, d1, d2 = _diagonal_dims(b, x, args, kwargs, 2, where)
     if 0 in b.spec(src).shape:
         return x

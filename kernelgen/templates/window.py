@@ -11,6 +11,7 @@ renderers only write the loops, the bounds and the accumulators. ``Geometry`` is
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -86,10 +87,7 @@ class WindowProblem(Problem):
 
     @property
     def numel(self) -> int:
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n
+        return math.prod(self.shape)
 
     def window(self, i: int = 0) -> Node:
         return self.graph.nodes[self.windows[i]]

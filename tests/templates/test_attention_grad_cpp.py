@@ -7,11 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import kernelgen
 from kernelgen.backends import get_backend
 from kernelgen.frontend import dynamo_backend
-from kernelgen.templates import match
 from tests.templates import attention_grad_cases as cases
+from tests.templates.kernels import run_kernel
 
 pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")
 
@@ -19,31 +18,17 @@ pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="n
 @pytest.mark.parametrize("index", range(len(cases.cases())), ids=cases.ids())
 def test_attention_backward_matches_aten(index):
     fn, inputs = cases.cases()[index]
-    graph = kernelgen.trace(fn, *inputs)
-    template, problem = match(graph)
-    assert template.name == "attention_grad"
-    target = get_backend("cpp").target()
-    kernel = get_backend("cpp").compile(template.render(problem, template.default_config(problem, target), target))
-    outs = [torch.full(s.shape, 123, dtype=getattr(torch, s.dtype)) for s in graph.output_specs]
-    kernel(*inputs, *outs)
+    _, outs = run_kernel(fn, inputs, "cpp", "attention_grad")
     for got, want in zip(outs, fn(*inputs)):
         assert got.dtype == want.dtype and got.shape == want.shape
         torch.testing.assert_close(got, want, **cases.TOLERANCE[want.dtype])
 
 
-@pytest.mark.parametrize("config", [{"BLOCK_M": 16, "BLOCK_N": 16, "MR": 1, "NR": 8},
+@pytest.mark.parametrize("config", [{"BLOCK_M": 16, "BLOCK_N": 16, "MR": 1, "NR": 16},
                                     {"BLOCK_M": 32, "BLOCK_N": 64, "MR": 4, "NR": 16}])
 def test_attention_backward_blocks_do_not_change_the_result(config):
     fn, inputs = cases.cases()[1]  # causal, ragged blocks
-    graph = kernelgen.trace(fn, *inputs)
-    template, problem = match(graph)
-    target = get_backend("cpp").target()
-    space = template.space(problem, target)
-    if not space.is_valid(config):
-        pytest.skip(f"{config} is not valid on this CPU's vectors")
-    kernel = get_backend("cpp").compile(template.render(problem, config, target))
-    outs = [torch.empty(s.shape) for s in graph.output_specs]
-    kernel(*inputs, *outs)
+    _, outs = run_kernel(fn, inputs, "cpp", "attention_grad", config=config)
     for got, want in zip(outs, fn(*inputs)):
         torch.testing.assert_close(got, want, **cases.TOLERANCE[torch.float32])
 

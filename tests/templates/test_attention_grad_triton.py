@@ -7,10 +7,8 @@ import pytest
 
 from tests.triton_env import DEVICE, needs_triton, torch  # TRITON_INTERPRET before triton loads
 
-import kernelgen  # noqa: E402
-from kernelgen.backends import get_backend  # noqa: E402
-from kernelgen.templates import match  # noqa: E402
 from tests.templates import attention_grad_cases as cases  # noqa: E402
+from tests.templates.kernels import aot_reports, run_kernel  # noqa: E402
 
 pytestmark = [needs_triton, pytest.mark.skipif(DEVICE != "cpu", reason="ATen's CPU flash backward is the reference")]
 
@@ -18,31 +16,18 @@ pytestmark = [needs_triton, pytest.mark.skipif(DEVICE != "cpu", reason="ATen's C
 @pytest.mark.parametrize("index", range(len(cases.cases())), ids=cases.ids())
 def test_attention_backward_matches_aten(index):
     fn, inputs = cases.cases()[index]
-    graph = kernelgen.trace(fn, *inputs)
-    template, problem = match(graph)
-    assert template.name == "attention_grad"
-    target = get_backend("triton").target()
-    kernel = get_backend("triton").compile(template.render(problem, template.default_config(problem, target), target))
-    outs = [torch.full(s.shape, 123, dtype=getattr(torch, s.dtype)) for s in graph.output_specs]
-    kernel(*inputs, *outs)
+    _, outs = run_kernel(fn, inputs, "triton", "attention_grad")
     for got, want in zip(outs, fn(*inputs)):
         torch.testing.assert_close(got, want, **cases.TOLERANCE[want.dtype])
 
 
 @pytest.mark.parametrize("arch", ["sm_90", "gfx942"])
 def test_attention_backward_compiles_ahead_of_time_for_gpus(arch, monkeypatch):
-    from kernelgen.backends.triton_aot import ResourceReport, aot_results
-    from kernelgen.ir.target import Target
+    from kernelgen.backends.triton_aot import ResourceReport
 
     monkeypatch.setenv("KERNELGEN_TRITON_AOT", "0")
-    target = Target.gpu(arch)
-    sources = []
-    for fn, inputs in cases.cases()[:6]:  # float32, masks, causal, subsets of the gradients
-        template, problem = match(kernelgen.trace(fn, *inputs))
-        sources.append(template.backend_module("triton").render(problem, template.space(problem, target).default(),
-                                                                 target))
-    results = aot_results(sources, target)
-    assert len(results) == len(sources) and all(isinstance(r, ResourceReport) for r in results), results
+    count, results = aot_reports(cases.cases()[:6], arch)  # float32, masks, causal, subsets of the gradients
+    assert count == len(results) and all(isinstance(r, ResourceReport) for r in results), results
 
 
 def test_train_mode_attention_runs_forward_and_backward_as_triton_kernels():

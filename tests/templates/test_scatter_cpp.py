@@ -7,11 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-import kernelgen
 from kernelgen.backends import get_backend
 from kernelgen.ir.reference import evaluate
-from kernelgen.templates import match
 from tests.templates import scatter_cases
+from tests.templates.kernels import run_kernel
 
 pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")
 
@@ -19,14 +18,7 @@ pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="n
 @pytest.mark.parametrize("index", range(len(scatter_cases.cases())), ids=scatter_cases.ids())
 def test_scatter_matches_eager(index):
     fn, inputs = scatter_cases.cases()[index]
-    graph = kernelgen.trace(fn, *inputs)
-    template, problem = match(graph)
-    assert template.name == "scatter"
-    target = get_backend("cpp").target()
-    kernel = get_backend("cpp").compile(template.render(problem, template.default_config(problem, target), target))
-    (spec,) = graph.output_specs
-    out = torch.full(spec.shape, 123, dtype=getattr(torch, spec.dtype))
-    kernel(*inputs, out)
+    graph, (out,) = run_kernel(fn, inputs, "cpp", "scatter")
     want = fn(*inputs)
     assert out.dtype == want.dtype and out.shape == want.shape
     tol = dict(rtol=0, atol=0) if fn.__name__ in scatter_cases.EXACT else {}

@@ -7,11 +7,9 @@ import pytest
 
 from tests.triton_env import DEVICE, needs_triton, torch  # TRITON_INTERPRET before triton loads
 
-import kernelgen  # noqa: E402
-from kernelgen.backends import get_backend  # noqa: E402
 from kernelgen.errors import UnsupportedOpError  # noqa: E402
-from kernelgen.templates import match  # noqa: E402
 from tests.templates import scatter_cases  # noqa: E402
+from tests.templates.kernels import aot_reports, run_kernel  # noqa: E402
 
 pytestmark = needs_triton
 
@@ -20,19 +18,11 @@ pytestmark = needs_triton
 def test_scatter_matches_eager(index):
     fn, inputs = scatter_cases.cases()[index]
     inputs = tuple(x.to(DEVICE) for x in inputs)
-    graph = kernelgen.trace(fn, *inputs)
-    template, problem = match(graph)
-    assert template.name == "scatter"
-    target = get_backend("triton").target()
     try:
-        source = template.render(problem, template.default_config(problem, target), target)
+        graph, (out,) = run_kernel(fn, inputs, "triton", "scatter", device=DEVICE)
     except UnsupportedOpError:  # float16 sums: eager's CPU kernel sums in float32, which the interpreter cannot
         assert fn.__name__ == "half_scatter_add" and DEVICE == "cpu"
         return
-    kernel = get_backend("triton").compile(source)
-    (spec,) = graph.output_specs
-    out = torch.full(spec.shape, 123, device=DEVICE).to(getattr(torch, spec.dtype))
-    kernel(*inputs, out)
     want = fn(*inputs)
     tol = dict(rtol=0, atol=0) if fn.__name__ in scatter_cases.EXACT and DEVICE == "cpu" else {}
     torch.testing.assert_close(out, want, equal_nan=True, **tol)
@@ -40,16 +30,8 @@ def test_scatter_matches_eager(index):
 
 @pytest.mark.parametrize("arch", ["sm_90", "gfx942"])
 def test_scatter_kernels_compile_ahead_of_time_for_gpus(arch, monkeypatch):
-    from kernelgen.backends.triton_aot import ResourceReport, aot_results
-    from kernelgen.ir.target import Target
+    from kernelgen.backends.triton_aot import ResourceReport
 
     monkeypatch.setenv("KERNELGEN_TRITON_AOT", "0")
-    target = Target.gpu(arch)
-    sources = []
-    for fn, inputs in scatter_cases.cases():
-        template, problem = match(kernelgen.trace(fn, *inputs))
-        sources.append(template.backend_module("triton").render(problem, template.space(problem, target).default(),
-                                                                 target))
-    results = aot_results(sources, target)
-    assert len(results) == len(sources) and all(isinstance(r, ResourceReport) and r.spills == 0 for r in results), \
-        results
+    count, results = aot_reports(scatter_cases.cases(), arch)
+    assert count == len(results) and all(isinstance(r, ResourceReport) and r.spills == 0 for r in results), results

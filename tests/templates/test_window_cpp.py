@@ -9,8 +9,8 @@ import torch
 import kernelgen
 from kernelgen.backends import get_backend
 from kernelgen.ir.reference import evaluate
-from kernelgen.templates import match
 from tests.templates import window_cases
+from tests.templates.kernels import run_kernel
 
 pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="needs g++")
 
@@ -22,13 +22,7 @@ def _flat(result):
 @pytest.mark.parametrize("index", range(len(window_cases.cases())), ids=window_cases.ids())
 def test_window_matches_eager(index):
     fn, inputs = window_cases.cases()[index]
-    graph = kernelgen.trace(fn, *inputs)
-    template, problem = match(graph)
-    assert template.name == "window"
-    target = get_backend("cpp").target()
-    kernel = get_backend("cpp").compile(template.render(problem, template.default_config(problem, target), target))
-    outs = [torch.full(s.shape, 123, dtype=getattr(torch, s.dtype)) for s in graph.output_specs]
-    kernel(*inputs, *outs)
+    graph, outs = run_kernel(fn, inputs, "cpp", "window")
     for got, ref, want in zip(outs, evaluate(graph, list(inputs)), _flat(fn(*inputs))):
         assert got.dtype == want.dtype and got.shape == want.shape
         # maxima and eager-ordered sums are eager's to the bit; a prologue's or epilogue's arithmetic may contract
