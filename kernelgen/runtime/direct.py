@@ -13,7 +13,7 @@ from typing import Any
 
 from kernelgen.check.verdicts import build_checked, candidates_after
 from kernelgen.errors import ShapePropagationError, TraceError
-from kernelgen.runtime.bounds import guarded, index_checks
+from kernelgen.runtime.bounds import check, guarded, index_checks
 from kernelgen.runtime.entry import HUGE_ADVICE, HUGE_MIN_BYTES, REASONS, Entry
 from kernelgen.runtime.implementations import implementations_for
 from kernelgen.runtime.outputs import CONST
@@ -85,10 +85,21 @@ class DirectPath:
         inputs = [full[i] for i in cap.picks]
         device = next((a.device for a in inputs if isinstance(a, torch.Tensor)), torch.device("cpu"))
         log.info("%s: %s", self.__name__, reason)
-        return Entry(guarded(_nothing, index_checks(graph)), outputs, plan=cap.plan,
-                     picks=None if cap.picks == tuple(range(len(full))) else cap.picks, device=device,
-                     grad=any(a.requires_grad for a in inputs), replay=cap.replay, impl=impl, source="default",
-                     reason=reason)
+        checks = index_checks(graph)
+        entry = Entry(guarded(_nothing, checks), outputs, plan=cap.plan,
+                      picks=None if cap.picks == tuple(range(len(full))) else cap.picks, device=device,
+                      grad=any(a.requires_grad for a in inputs), replay=cap.replay, impl=impl, source="default",
+                      reason=reason)
+        if outputs:
+            # Empty results are made by the traced function itself on the empty inputs (no element is touched):
+            # eager's dtypes and layouts by construction, where the lowering's result dtypes might differ (the
+            # lowering of an op eager would run on no element of an integer tensor is not checked by any kernel)
+            def run(values: tuple) -> tuple:
+                check(values, checks)
+                return tuple(cap.replay(*values))
+
+            entry.run, entry.slow = run, True
+        return entry
 
 
 def _nothing(*tensors: Any) -> None:
