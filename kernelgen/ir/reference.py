@@ -121,9 +121,12 @@ def _eval_node(torch: Any, ops: dict, node: Node, values: list, inputs: Sequence
     if op == "diagonal_scatter":
         return torch.diagonal_scatter(args[0].expand(input_shapes[0]), args[1].expand(input_shapes[1]),
                                       node.attr("offset"), node.attr("dim1"), node.attr("dim2"))
-    if op == "take_along":  # an index out of range reads the nearest element, as the kernels do (eager raises)
+    if op == "take_along":  # eager raises for an index out of range (checked before a launch); the check's random
+        # indices are read as the kernels read them: a negative one wraps once, then the nearest element
         x = args[0].expand(input_shapes[0])
-        index = args[1].expand(input_shapes[1]).long().clamp(0, x.shape[node.attr("dim")] - 1)
+        size = x.shape[node.attr("dim")]
+        index = args[1].expand(input_shapes[1]).long()
+        index = torch.where(index < 0, index + size, index).clamp(0, size - 1)
         return torch.gather(x, node.attr("dim"), index)
     if op == "unfold":
         return args[0].expand(input_shapes[0]).unfold(node.attr("dim"), node.attr("size"), node.attr("step"))

@@ -99,3 +99,14 @@ def test_indexing_wraps_negative_rows_as_eager_and_raises_past_them():
     assert graphs[0].runs == {"kernel": 1}
     with pytest.raises(IndexError):
         fn(table, torch.tensor([0, -6]))
+
+
+def test_gather_reads_indices_out_of_range_as_the_reference_does():
+    """The dispatch check runs kernels on random indices, negative and too large among them (eager raises for
+    those; a call's real indices are checked before a launch): kernel and IR reference must agree on them, or
+    every gather region (BERT's token type ids) fails its check and runs eagerly."""
+    x = torch.arange(12, dtype=torch.int64).reshape(2, 6) - 1
+    index = torch.tensor([[-1, -6, -7, 0], [5, 6, 9, -3]])
+    graph, outs = _run(lambda a, i: torch.gather(a, 1, i) + 0, (x, index))
+    assert torch.equal(outs[0], evaluate(graph, [x, index])[0])
+    assert torch.equal(outs[0], torch.tensor([[4, -1, -1, -1], [10, 10, 10, 8]]))
