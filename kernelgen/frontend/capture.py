@@ -277,8 +277,14 @@ def propagate_meta(gm: Any, specs: Sequence[TensorSpec]) -> None:
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         with FakeTensorMode(allow_fallback_kernels=False):  # no real kernel on stand-in data
-            _Recorder(gm).run(*[make(s, "cpu") for s in specs])
+            _Recorder(gm).run(*[make(s, device) for s in specs])
 
+    # A graph that makes a tensor on a named device (AOTAutograd's ``new_full(..., device=cpu)`` in a rotary
+    # embedding's backward) cannot mix it with meta inputs: fake tensors on that device can.
+    devices = {str(n.kwargs["device"]) for n in gm.graph.nodes if n.op in ("call_function", "call_method")
+               and n.kwargs.get("device") is not None}
+    named = bool(devices)
+    device = devices.pop() if len(devices) == 1 else "cpu"
     try:
         with torch.no_grad():
             on_meta()
@@ -287,7 +293,7 @@ def propagate_meta(gm: Any, specs: Sequence[TensorSpec]) -> None:
         error: Exception = exc
     except Exception as exc:  # the shapes or dtypes do not fit the function (fake tensors would say the same)
         error = exc
-    if isinstance(error, NotImplementedError):
+    if isinstance(error, NotImplementedError) or named:
         try:
             with torch.no_grad():
                 on_fake()

@@ -428,3 +428,28 @@ def test_training_pooling_forward_and_backward_run_window_kernels_with_eagers_gr
     assert by_name["forward"].templates["window"] == 2 and by_name["backward"].templates["window"] == 2
     assert not [op for s in graphs for op in s.left if "pool" in op], [s.left for s in graphs]
     assert all(s.runs.get("eager", 0) == 0 for s in graphs)
+
+class Rotary(nn.Module):
+    """Llama's rotary embedding: its backward writes the rotated halves back with ``new_full(..., device=cpu)``
+    and ``slice_scatter`` (a tensor made on a named device beside the region's inputs)."""
+
+    def forward(self, q):
+        cos, sin = torch.cos(q), torch.sin(q)
+        half = q.shape[-1] // 2
+        rotated = torch.cat((-q[..., half:], q[..., :half]), dim=-1)
+        return q * cos + rotated * sin
+
+
+def test_rotary_backward_with_tensors_made_on_a_device_runs_kernels():
+    torch.manual_seed(0)
+    x, g = torch.randn(2, 3, 4, 8, requires_grad=True), torch.randn(2, 3, 4, 8)
+    with dynamo_backend.collect() as graphs:
+        out = torch.compile(Rotary(), backend="kernelgen")(x)
+        out.backward(g)
+    got, got_grad = out.detach(), x.grad.clone()
+    x.grad = None
+    want = Rotary()(x)
+    want.backward(g)
+    torch.testing.assert_close(got, want.detach())
+    torch.testing.assert_close(got_grad, x.grad)
+    assert all(s.runs.get("kernel", 0) == s.regions > 0 for s in graphs), [s.as_dict() for s in graphs]
