@@ -42,7 +42,9 @@ _LOCK = threading.Lock()
 class GraphStats:
     """One compiled ATen graph: ``aten_ops`` compute nodes (views and tuple projections not counted),
     ``fused_ops`` of them inside kernelgen ``regions``; ``left`` maps each op left to ATen to the reason;
-    ``runs`` counts region runs that launched a kernel (``kernel``) or replayed ATen (``eager``)."""
+    ``runs`` counts region runs that launched a kernel (``kernel``), ran the region's ATen ops by choice
+    (``aten``: a record measured them fastest, or the region is too small to win, ``kernelgen.runtime.aten``)
+    or replayed ATen because no kernel could run (``eager``)."""
 
     name: str
     aten_ops: int = 0
@@ -61,7 +63,7 @@ class GraphStats:
         return {"name": self.name, "aten_ops": self.aten_ops, "fused_ops": self.fused_ops, "regions": self.regions,
                 "templates": dict(self.templates), "views": self.views, "coverage": self.coverage,
                 "left": dict(self.left), "kernel_runs": self.runs.get("kernel", 0),
-                "eager_runs": self.runs.get("eager", 0)}
+                "aten_runs": self.runs.get("aten", 0), "eager_runs": self.runs.get("eager", 0)}
 
 
 def stats() -> list[GraphStats]:

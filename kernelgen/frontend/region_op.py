@@ -23,13 +23,17 @@ from kernelgen.errors import KernelgenError
 from kernelgen.frontend.fx_nodes import constant_value, is_symbolic, spec_of
 from kernelgen.frontend.patterns import aten_graph_of
 from kernelgen.registry import add_pattern_tracer
+from kernelgen.runtime.aten import NAME as ATEN
 from kernelgen.runtime.compiled import CompiledFunction
+from kernelgen.runtime.entry import bind_torch
+from kernelgen.runtime.signature import KEYS, signature_key
 
 log = logging.getLogger("kernelgen")
 _REGIONS: dict[str, "RegionKernel"] = {}
 _LOCK = threading.Lock()
 _COUNTER = itertools.count()
 _OP: Any = None
+_empty: Any = None  # torch.empty, bound when the first region is made (importing kernelgen imports no torch)
 
 
 class RegionKernel:
@@ -38,6 +42,8 @@ class RegionKernel:
 
     def __init__(self, gm: Any, graph: Any, template: str, options: dict | None = None, counters: Any = None,
                  strides: tuple | None = None, orders: tuple | None = None, dynamic: Any = None) -> None:
+        global _empty
+        _empty = bind_torch()[0]
         self.gm = gm
         # The outputs' layouts in the traced graph: exact strides for a static-shape graph (default:
         # contiguous), else ``orders`` (each output's dims from innermost to outermost) for symbolic shapes,
@@ -51,10 +57,13 @@ class RegionKernel:
         self.options = dict(options or {})  # kernelgen.compile's keywords: backend, tune, db, trials, ...
         # ``dynamic``: the inputs whose dim 0 Dynamo made symbolic ({index: [0]}): one generic kernel serves
         # every size of them (a shape family); other symbolic dims compile per size, bounded by max_variants.
+        # (it is a region already: partition=False, its fallback is its ATen nodes; untuned, a region too small
+        # to win runs them too: small_to_aten)
         self.compiled = CompiledFunction(gm, **self.options, **({} if dynamic is None else {"dynamic": dynamic}),
-                                         partition=False)  # (it is a region already: its fallback is its ATen nodes)
-        self.impl: str | None = None  # what ran on the first call: a template/custom call name or "eager"
+                                         partition=False, small_to_aten=True)
+        self.impl: str | None = None  # what ran on the first call: a template/custom call name, "aten" or "eager"
         self.failed: str | None = None
+        self._fast: tuple | None = None  # set after the first call (``_shortcut``)
 
     def layouts(self, shapes: list) -> tuple:
         """The outputs' strides for outputs of ``shapes`` (the graph's layouts at these sizes)."""
@@ -63,6 +72,11 @@ class RegionKernel:
         return tuple(strides_in_order(shape, order) for shape, order in zip(shapes, self.orders))
 
     def run(self, inputs: list) -> list:
+        fast = self._fast
+        if fast is not None and fast[0](inputs) == fast[1]:  # the signature of the first call: no dispatch
+            if self.counters is not None:
+                self._count(fast[4])
+            return fast[2](inputs, fast[3])
         import torch
 
         if torch.is_grad_enabled():  # (AOTAutograd's compiled graphs already run without grad: skip the switch)
@@ -79,6 +93,8 @@ class RegionKernel:
                 copy = torch.empty_strided(out.shape, strides, dtype=out.dtype, device=out.device)
                 out = copy.copy_(out)
             fresh.append(out)
+        if self._fast is None and self.failed is None:
+            self._fast = self._shortcut(inputs)
         return fresh
 
     def _launch(self, inputs: list) -> tuple:
@@ -87,7 +103,7 @@ class RegionKernel:
                 outs = self.compiled(*inputs)
                 if self.impl is None:
                     self.impl = self.compiled.explain(*inputs)["implementation"]
-                self._count("eager" if self.impl == "eager" else "kernel")
+                self._count({"eager": "eager", ATEN: "aten"}.get(self.impl, "kernel"))
                 return tuple(outs) if isinstance(outs, (tuple, list)) else (outs,)
             except KernelgenError as exc:  # e.g. inputs on a device the chosen backend cannot take
                 self.failed = str(exc)
@@ -95,9 +111,42 @@ class RegionKernel:
         self._count("eager")
         return tuple(self.gm(*inputs))
 
+    def _shortcut(self, inputs: list) -> tuple | None:
+        """After the first call: ``(key function, key, run, its argument, counter)`` that later calls of the same
+        signature take without the compiled function's general path (its binding, state, autograd and output
+        plan cost ~5 us a call; a transformer layer has dozens of regions). Only for a static signature whose
+        choice is one kernel writing fresh outputs in the traced layout, or ATen's own ops (their outputs
+        have the traced layouts by construction); None otherwise, and calls keep the general path."""
+        if self.orders is not None or not isinstance(self.compiled, CompiledFunction) or self.compiled.callee.state \
+                or len(self.compiled._cache) != 1:
+            return None
+        entry = next(iter(self.compiled._cache.values()))
+        key_fn = KEYS[len(inputs)] if len(inputs) < len(KEYS) else signature_key
+        key = key_fn(inputs)
+        if entry.eager:
+            return (key_fn, key, _replay, self.gm, "aten") if entry.impl == ATEN else None
+        contiguous = tuple(spec.effective_strides() for spec in self.graph.output_specs)
+        # (``entry.grad`` does not matter: a region runs without grad; the plan must be the outputs in order)
+        if entry.picks is not None or entry.plan is None or self.strides != contiguous \
+                or entry.plan.leaves != tuple(("out", k) for k in range(len(entry.outputs))) \
+                or len(entry.outputs) != len(self.strides):
+            return None
+        return key_fn, key, _launch_fresh, (entry.launch, entry.outputs), "kernel"
+
     def _count(self, what: str) -> None:
         if self.counters is not None:
             self.counters[what] = self.counters.get(what, 0) + 1
+
+
+def _replay(inputs: list, gm: Any) -> list:
+    return list(gm(*inputs))
+
+
+def _launch_fresh(inputs: list, plan: tuple) -> list:
+    launch, outputs = plan
+    outs = [_empty(shape, dtype=dtype) for shape, dtype in outputs]
+    launch(*inputs, *outs)
+    return outs
 
 
 def register(kernel: RegionKernel) -> str:

@@ -15,7 +15,8 @@ from kernelgen.check.verdicts import build_checked, candidates_after
 from kernelgen.errors import ShapePropagationError, TraceError
 from kernelgen.runtime.bounds import check, guarded, index_checks
 from kernelgen.runtime.entry import HUGE_ADVICE, HUGE_MIN_BYTES, REASONS, Entry
-from kernelgen.runtime.implementations import implementations_for
+from kernelgen.runtime.aten import NAME as ATEN
+from kernelgen.runtime.implementations import candidates_for
 from kernelgen.runtime.outputs import CONST
 
 log = logging.getLogger("kernelgen.runtime")
@@ -43,7 +44,7 @@ class DirectPath:
                                    "no launch")
         if any(s.numel == 0 for s in (*graph.output_specs, *graph.signature)):
             return self._eager("an input or output is empty (numel 0) and another is not; eager handles it")
-        impls = implementations_for(graph, backend.name)
+        impls = candidates_for(graph, backend.name, small_to_aten=self.small_to_aten)
         if not impls:
             return self._partitioned(f"no template or custom call covers ops {sorted(graph.ops())} on backend "
                                      f"{backend.name!r}")
@@ -51,9 +52,12 @@ class DirectPath:
         log.debug("%s: traced %d nodes (ops %s), workload %s; candidates %s", self.__name__, len(graph.nodes),
                   sorted(graph.ops() - {"input"}), graph.workload_key[:12], [i.name for i in impls])
         impl, config, source = self._choose(graph, impls, backend.name, target)
+        if impl.name == ATEN:  # its own ATen ops measured fastest (or it is too small to win): no kernel to build
+            return self._aten(impl, source)
+        kernels = [i for i in impls if i.name != ATEN]
         # Whatever the database says, a config runs here only once it passed a check in a worker process.
         # A hand-written kernel is checked on this call's own values too (where they can be sent safely).
-        picked = build_checked(candidates_after((impl, config), impls, target), target,
+        picked = build_checked(candidates_after((impl, config), kernels, target), target,
                                data=[full[i] for i in cap.picks])
         if picked is None:
             return self._eager(f"no implementation of it passed its check here ({', '.join(i.name for i in impls)})")
@@ -100,6 +104,12 @@ class DirectPath:
 
             entry.run, entry.slow = run, True
         return entry
+
+    def _aten(self, impl: Any, source: str) -> "Entry":
+        reason = ("its ATen ops measured fastest (tuning record)" if source != "default" else
+                  "one small unfused op: cheaper as ATen's call than as a kernel's (kernelgen.runtime.aten)")
+        log.info("%s: runs its ATen ops: %s", self.__name__, reason)
+        return Entry(eager=True, impl=impl.name, source=source, digest=impl.source_hash(), reason=reason)
 
 
 def _nothing(*tensors: Any) -> None:

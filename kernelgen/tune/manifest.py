@@ -41,7 +41,7 @@ from kernelgen.frontend.capture import trace
 from kernelgen.ir.graph import Graph
 from kernelgen.ir.values import TensorSpec
 from kernelgen.runtime.dynamic import representatives
-from kernelgen.runtime.implementations import implementations_for
+from kernelgen.runtime.implementations import candidates_for, implementations_for
 from kernelgen.tune.bucket import range_family, range_implementations
 from kernelgen.tune.preflight import check_budget, usable_implementations
 
@@ -293,9 +293,11 @@ def _check_implementable(graph: Graph, backend: str, template: str | None, where
 def workload_implementations(workload: Workload, graph: Graph) -> list[Any]:
     """The implementations to tune for one of the workload's graphs (just the template override, if set); at
     the representative sizes of a batch-size range, the generic kernels a shape family runs there."""
-    impls = implementations_for(graph, workload.backend)
     if workload.family is not None:
-        impls = range_implementations(workload.family, graph, impls, workload.backend)
+        impls = range_implementations(workload.family, graph, implementations_for(graph, workload.backend),
+                                      workload.backend)
+    else:  # the graph's own ATen ops compete beside the kernels (kernelgen.runtime.aten)
+        impls = candidates_for(graph, workload.backend)
     return [i for i in impls if workload.template is None or i.name == workload.template]
 
 

@@ -37,7 +37,7 @@ from kernelgen.ir.implementation import Implementation
 from kernelgen.ir.target import Target
 from kernelgen.ir.values import (Config, Evidence, FrozenMap, Measurement, Provenance, TimeStats, TuningRecord,
                                  content_hash)
-from kernelgen.runtime.implementations import implementations_for
+from kernelgen.runtime.implementations import candidates_for
 from kernelgen.tune.confirm import CONFIRM_ROUNDS, Confirmation, Finalist, commit_confirmation, confirm
 from kernelgen.tune.manifest import workload_implementations
 from kernelgen.tune.preflight import check_budget, usable_implementations
@@ -191,11 +191,13 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
     workload's human name (manifest name or ``module.qualname``), stored with every record and on the study.
     ``TuneResult.best`` is what dispatch will run (``TuningDB.best`` over the tuned implementations).
     Raises ``NoTemplateError`` when nothing implements the graph; per-config failures are records.
+    Without ``implementations``, the graph's own ATen ops compete too (``kernelgen.runtime.aten``): a kernel
+    is declared only when it beats them in the same rounds.
     """
     check_budget(trials, seconds, patience, workers, timeout)
     if trials is None and seconds is None:
         trials = DEFAULT_TRIALS
-    impls = list(implementations) if implementations is not None else implementations_for(graph, backend)
+    impls = list(implementations) if implementations is not None else candidates_for(graph, backend)
     target = get_backend(backend).target()
     impls, unusable = usable_implementations(impls, target)
     if not impls:
