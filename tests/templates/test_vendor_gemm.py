@@ -106,24 +106,26 @@ def test_untuned_dispatch_runs_the_vendor_path_for_low_precision_and_the_generat
 
 
 class _FakeTimes:
-    """``measure(impl, config)``: aten_gemm takes 1 ms; the generated GEMM 5 ms at its default and
-    ``gemm_best`` ms elsewhere (so tuning finds it faster, or not)."""
+    """``measure(impl, config)``: aten_gemm takes 1 ms; the graph's own ATen ops ``aten`` ms; the generated GEMM
+    5 ms at its default and ``gemm_best`` ms elsewhere (so tuning finds it faster, or not)."""
 
-    def __init__(self, gemm_best: float) -> None:
-        self.gemm_best = gemm_best
+    def __init__(self, gemm_best: float, aten: float = 7.0) -> None:
+        self.gemm_best, self.aten = gemm_best, aten
         self.measured: set[str] = set()
 
     def __call__(self, impl, config):
         self.measured.add(impl.name)
-        if impl.name == NAME:
+        if impl.name == "aten":
+            t = self.aten * 1e-3
+        elif impl.name == NAME:
             t = 1e-3
         else:
             t = 5e-3 if config == impl.default_config(get_backend("cpp").target()) else self.gemm_best * 1e-3
         return Measurement(config, Status.OK, TimeStats(median=t, min=t, spread=0.0, repeats=5), threads=1)
 
 
-@pytest.mark.parametrize(("gemm_best", "winner"), [(0.4, "gemm"), (3.0, NAME)])
-def test_tuned_beside_the_generated_gemm_and_dispatch_runs_the_verdict(tmp_path, gemm_best, winner):
+@pytest.mark.parametrize(("gemm_best", "aten", "winner"), [(0.4, 7.0, "gemm"), (3.0, 7.0, NAME), (3.0, 0.5, "aten")])
+def test_tuned_beside_the_generated_gemm_and_dispatch_runs_the_verdict(tmp_path, gemm_best, aten, winner):
     from kernelgen.tune.tuner import is_confirmation, tune_graph
     from kernelgen.ir.values import Evidence
 
@@ -131,13 +133,13 @@ def test_tuned_beside_the_generated_gemm_and_dispatch_runs_the_verdict(tmp_path,
     xs = _inputs(CASES["addmm"][1], torch.float32)
     graph = kernelgen.trace(fn, *xs)
     url = f"sqlite:///{tmp_path / 'tune.sqlite'}"
-    measure = _FakeTimes(gemm_best)
+    measure = _FakeTimes(gemm_best, aten)
     with open_db(url) as db:
         result = tune_graph(graph, db=db, measure=measure, seed=1, trials=4)
-        assert measure.measured == {NAME, "gemm"}
+        assert measure.measured == {NAME, "gemm", "aten"}  # the graph's own ATen ops compete too
         showdown = {r.implementation for r in result.trials
                     if is_confirmation(r) and "implementations" in r.measurement.message}
-        assert showdown == {NAME, "gemm"}  # both winners re-measured side by side
+        assert showdown == {NAME, "gemm", "aten"}  # every winner re-measured side by side
         assert result.best.implementation == winner and result.best.evidence is Evidence.DECLARED
         compiled = kernelgen.compile(fn, backend="cpp", db=db)
         torch.testing.assert_close(compiled(*xs), fn(*xs))

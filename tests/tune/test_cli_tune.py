@@ -101,7 +101,7 @@ shapes = [[{SPEC}], [{{shape = [32, 64], dtype = "float32"}}]]
     for w in doc["workloads"]:
         assert w["ok"] and w["error"] is None
         for r in w["results"]:
-            assert r["trials"] == 2 and r["time"] > 0 and r["config"] and r["implementation"]
+            assert r["trials"] == 2 + 1 and r["time"] > 0  # two configs of the template, ATen's one (it competes) and r["config"] and r["implementation"]
             assert r["speedup_vs_default"] is not None and r["eager_time"] > 0 and r["measured"] > 0
     assert main(["tune", str(manifest), "--db", url, "--trials", "2", "--json"]) == 0
     again = json.loads(capsys.readouterr().out)
@@ -160,4 +160,5 @@ def test_sigkill_mid_run_keeps_trials_and_rerun_resumes(tmp_path) -> None:
     assert done.returncode == 0, done.stderr
     after = _search_records(db)
     assert set(before) <= set(after)  # nothing committed was lost
-    assert len(after) == 4 and len(set(after)) == 4  # the budget was completed without re-measuring
+    # the budget was completed without re-measuring: the template's four configs and ATen's one (it competes)
+    assert len(after) == 5 and len(set(after)) == 5
