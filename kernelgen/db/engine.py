@@ -313,10 +313,11 @@ def _writer_queue(url: URL | None) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def flock_file(path: str, mode: int) -> Iterator[None]:
+def flock_file(path: str, mode: int, wait: bool = True) -> Iterator[bool]:
     """Hold an exclusive ``flock`` on ``path`` (created with ``mode`` if missing) for the with-block; the lock
     goes with the process if it dies. Without ``fcntl``, or where the file cannot be opened (a read-only
-    location), the block runs unlocked: the callers' own re-checks and SQLite's locking remain."""
+    location), the block runs unlocked: the callers' own re-checks and SQLite's locking remain. Yields whether
+    the lock is held: with ``wait=False`` a lock another process holds is not waited for (False)."""
     fd = None
     if fcntl is not None:
         try:
@@ -324,11 +325,15 @@ def flock_file(path: str, mode: int) -> Iterator[None]:
         except OSError:
             fd = None
     if fd is None:
-        yield
+        yield True
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
     finally:
         os.close(fd)  # closing releases the lock
 

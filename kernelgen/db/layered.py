@@ -67,8 +67,8 @@ class LayeredDB:
     def files(self) -> dict[Path, str]:
         return {**self.team.files(), **self.local.files()}
 
-    def lock(self, name: str):
-        return self.local.lock(name)  # the team layer is only read: its locks guard nothing of ours
+    def lock(self, name: str, wait: bool = True):
+        return self.local.lock(name, wait)  # the team layer is only read: its locks guard nothing of ours
 
     # -- writes: local layer only -----------------------------------------------------------------------
     def check_writable(self) -> None:

@@ -37,37 +37,44 @@ def _pg_key(name: str) -> int:
 
 
 @contextlib.contextmanager
-def named_lock(url: "URL | str", name: str, engine: Engine | None = None) -> Iterator[None]:
+def named_lock(url: "URL | str", name: str, engine: Engine | None = None, wait: bool = True) -> Iterator[bool]:
     """Hold the lock ``name`` of the database at ``url`` for the ``with`` block (blocks until it is free).
 
     ``engine`` (optional) is reused for PostgreSQL; otherwise a short-lived one is made. Not re-entrant:
-    a process taking a lock it already holds waits forever.
+    a process taking a lock it already holds waits forever. Yields whether the lock is held: with
+    ``wait=False`` a lock held elsewhere is not waited for, and the block runs with False (a claim that
+    another process has the work).
     """
     parsed = parse_url(url) if isinstance(url, str) else url
     backend = parsed.get_backend_name()
     if backend == "postgresql":
-        with _pg_lock(parsed, _pg_key(name), engine):
-            yield
+        with _pg_lock(parsed, _pg_key(name), engine, wait) as held:
+            yield held
     elif backend == "sqlite":
-        with _file_lock(parsed, name):
-            yield
+        with _file_lock(parsed, name, wait) as held:
+            yield held
     else:  # other dialects: the re-checks made under the lock still hold, only without exclusion
-        yield
+        yield True
 
 
 @contextlib.contextmanager
-def _pg_lock(url: URL, key: int, engine: Engine | None) -> Iterator[None]:
+def _pg_lock(url: URL, key: int, engine: Engine | None, wait: bool = True) -> Iterator[bool]:
     own = engine is None
     if own:
         engine = make_engine(url, read_only=False)
     try:
         try:
             conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-            conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": key})
+            if wait:
+                conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": key})
+            elif not conn.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": key}).scalar():
+                conn.close()
+                yield False
+                return
         except sa_exc.DBAPIError as err:
             raise translate(err, url) from None
         try:
-            yield
+            yield True
         finally:
             try:
                 conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": key})
@@ -85,7 +92,7 @@ def lock_dir(url: URL) -> str | None:
 
 
 @contextlib.contextmanager
-def _file_lock(url: URL, name: str) -> Iterator[None]:
+def _file_lock(url: URL, name: str, wait: bool = True) -> Iterator[bool]:
     folder = lock_dir(url)
     path = None
     if folder is not None:
@@ -95,10 +102,10 @@ def _file_lock(url: URL, name: str) -> Iterator[None]:
         except OSError:
             path = None  # read-only location: nothing can write this database, so nothing to exclude
     if path is None:
-        yield
+        yield True
         return
-    with flock_file(path, 0o666):
-        yield
+    with flock_file(path, 0o666, wait) as held:
+        yield held
 
 
 __all__ = ["SCHEMA_LOCK", "named_lock"]

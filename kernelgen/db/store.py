@@ -107,10 +107,11 @@ class TuningDB:
         return {Path(f"{path}{suffix}"): f"{'the' if not suffix else 'a ' + suffix + ' file of the'} tuning "
                 f"database {self.url}" for suffix in ("", "-wal", "-shm", "-lock")}
 
-    def lock(self, name: str):
+    def lock(self, name: str, wait: bool = True):
         """A context manager holding the exclusive lock ``name`` of this database: every process and host
-        using it waits for the holder (see ``kernelgen.db.locks``). Released when the holder dies."""
-        return named_lock(self._url, name, self._engine)
+        using it waits for the holder (see ``kernelgen.db.locks``). Released when the holder dies. It yields
+        whether the lock is held: ``wait=False`` does not wait for a holder elsewhere and yields False."""
+        return named_lock(self._url, name, self._engine, wait)
 
     def close(self) -> None:
         self._engine.dispose()
