@@ -1,4 +1,5 @@
-"""``kernelgen tune MANIFEST``: tune every workload of a TOML manifest, with live progress and a result table.
+"""``kernelgen tune MANIFEST`` / ``kernelgen tune --model pkg.module:make``: tune every workload and model of a TOML
+manifest (or one model named on the command line), with live progress and a result table.
 
 The manifest and the budgets are validated completely before the database is opened, so bad input never
 touches it. Exit status 0 when every workload (every problem size) has a result, 1 otherwise.
@@ -17,6 +18,7 @@ from rich.table import Table
 from kernelgen import logs
 from kernelgen.errors import KernelgenError
 from kernelgen.report.units import fmt_time
+from kernelgen.cli.tune_model import model_specs, model_table, tune_one_model
 from kernelgen.tune.manifest import load_manifest
 from kernelgen.tune.preflight import check_budget
 
@@ -37,11 +39,17 @@ def shape_label(signature: list[dict[str, Any]]) -> str:
 def register(app: typer.Typer) -> None:
     @app.command()
     def tune(
-        manifest: str = typer.Argument(..., help="TOML workload manifest (see examples/workloads.toml)."),
+        manifest: str = typer.Argument(None, help="TOML manifest of workload and model tables (see "
+                                       "examples/workloads.toml); optional with --model."),
+        model: str = typer.Option(None, "--model", help="Tune a whole model: a factory 'pkg.module:make' returning "
+                                  "(model, inputs)."),
+        mode: str = typer.Option("infer", "--mode", help="With --model: infer (eval, no_grad) or train (forward, "
+                                 "loss, backward)."),
         db: str = typer.Option(None, "--db", help="Tuning database URL (default: KERNELGEN_DB or the per-user SQLite file)."),
         team_db: str = typer.Option(None, "--team-db", help="Read-only team database layered under --db."),
         trials: int = typer.Option(None, "--trials", help="Trials per implementation (overrides the manifest)."),
-        seconds: float = typer.Option(None, "--seconds", help="Wall-time budget per implementation, in seconds."),
+        seconds: float = typer.Option(None, "--seconds", help="Wall-time budget per implementation of a workload, "
+                                      "in seconds; for a model, the whole model's budget."),
         sampler: str = typer.Option(None, "--sampler", help="Search strategy: auto, bo, random, tpe, cmaes, qmc, exhaustive."),
         workers: int = typer.Option(1, "--workers", help="Local worker processes sharing one study."),
         patience: int = typer.Option(None, "--patience", help="Stop after this many trials without a new best."),
@@ -50,13 +58,19 @@ def register(app: typer.Typer) -> None:
         retune: bool = typer.Option(False, "--retune", help="Continue workloads that are already tuned."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of tables."),
     ) -> None:
-        """Tune the workloads of MANIFEST on this machine and record every trial in the tuning database."""
+        """Tune the workloads and models of MANIFEST (or --model) on this machine and record every trial in the
+        tuning database."""
         from kernelgen.tune.search import SAMPLERS  # deferred: Optuna (~1 s), which only tuning needs
 
         check_budget(trials, seconds, patience, workers, timeout)
         if sampler is not None and sampler not in SAMPLERS:
             raise KernelgenError(f"unknown sampler {sampler!r}; choose one of {', '.join(SAMPLERS)}")
-        workloads = load_manifest(manifest)  # every manifest error surfaces here, before the DB is opened
+        if manifest is None and model is None:
+            raise KernelgenError("nothing to tune: name a manifest (kernelgen tune my.toml) or a model "
+                                 "(kernelgen tune --model pkg.module:make)")
+        # every manifest error surfaces here, before the DB is opened
+        workloads = load_manifest(manifest) if manifest is not None else []
+        models = model_specs(manifest, model, mode)
 
         from kernelgen.db import open_db  # deferred: SQLAlchemy, which only tuning needs
 
@@ -71,21 +85,27 @@ def register(app: typer.Typer) -> None:
             out = Console(width=max(out.width, 160))  # piped or logged: do not squeeze configs into 80 columns
             logs.show_trial_lines()  # a CI log shows nothing of a progress bar until the end: plain trial lines
         report: list[dict[str, Any]] = []
+        tuned_models: list[dict[str, Any]] = []
         try:
             with _progress(as_json or not out.is_terminal or logs.quiet()) as progress:
                 for workload in workloads:
                     report.append(_tune_one(workload, database, progress, dict(
                         trials=trials, seconds=seconds, sampler=sampler, patience=patience, workers=workers,
                         seed=seed, timeout=timeout, retune=retune)))
+                for spec in models:
+                    tuned_models.append(tune_one_model(spec, database, progress, seconds=seconds, workers=workers,
+                                                       timeout=timeout, retune=retune))
         finally:
             url = database.url
             database.close()
         if as_json:
-            typer.echo(json.dumps({"db": url, "workloads": report}, indent=2))
+            typer.echo(json.dumps({"db": url, "workloads": report, "models": tuned_models}, indent=2))
         else:
             for entry in report:
                 out.print(_table(entry))
-        if not all(entry["ok"] for entry in report):
+            for entry in tuned_models:
+                out.print(model_table(entry))
+        if not all(entry["ok"] for entry in (*report, *tuned_models)):
             raise typer.Exit(1)
 
 

@@ -54,6 +54,7 @@ class GraphStats:
     views: int = 0
     left: dict[str, str] = field(default_factory=dict)
     runs: dict[str, int] = field(default_factory=dict)
+    keys: list[str] = field(default_factory=list)  # its regions (``region_op.kernel_of``), in graph order
 
     @property
     def coverage(self) -> float:
@@ -117,7 +118,7 @@ def compile_graph(gm: Any, name: str = "graph", options: dict | None = None, dir
         record.fused_ops += sum(1 for n in region.nodes if n.target is not operator.getitem)
         record.templates[region.template] += 1
     record.regions = len(found.regions)
-    install(gm, found.regions, options, record.runs, direct)
+    record.keys = install(gm, found.regions, options, record.runs, direct)
     for reason in sorted(set(record.left.values())):
         log.info("kernelgen %s graph: ATen runs ops because %s", name, reason)
     with _LOCK:

@@ -13,10 +13,12 @@ Once regions exist, the registry also matches ``replaces=`` patterns in their AT
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import operator
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from kernelgen.errors import KernelgenError
@@ -34,6 +36,7 @@ _LOCK = threading.Lock()
 _COUNTER = itertools.count()
 _OP: Any = None
 _empty: Any = None  # torch.empty, bound when the first region is made (importing kernelgen imports no torch)
+_OBSERVERS: list[Any] = []  # callables told (kernel, inputs) before each region run, while ``observe`` holds them
 
 
 class RegionKernel:
@@ -72,6 +75,9 @@ class RegionKernel:
         return tuple(strides_in_order(shape, order) for shape, order in zip(shapes, self.orders))
 
     def run(self, inputs: list) -> list:
+        if _OBSERVERS:  # a model's tuner profiling one step (``observe``)
+            for observer in _OBSERVERS:
+                observer(self, inputs)
         fast = self._fast
         if fast is not None and fast[0](inputs) == fast[1]:  # the signature of the first call: no dispatch
             if self.counters is not None:
@@ -147,6 +153,22 @@ def _launch_fresh(inputs: list, plan: tuple) -> list:
     outs = [_empty(shape, dtype=dtype) for shape, dtype in outputs]
     launch(*inputs, *outs)
     return outs
+
+
+def kernel_of(key: str) -> RegionKernel:
+    """The region registered under ``key`` (``GraphStats.keys`` lists a graph's)."""
+    return _REGIONS[key]
+
+
+@contextlib.contextmanager
+def observe(observer: Any) -> Iterator[None]:
+    """``with observe(fn):`` calls ``fn(kernel, inputs)`` before every region run in the block (a model's tuner
+    times each region's ATen ops on the step's real inputs this way)."""
+    _OBSERVERS.append(observer)
+    try:
+        yield
+    finally:
+        _OBSERVERS.remove(observer)
 
 
 def register(kernel: RegionKernel) -> str:
@@ -308,4 +330,4 @@ def _subgraph(gm: Any, region: Any) -> Any:
     return torch.fx.GraphModule(gm, graph)
 
 
-__all__ = ["RegionKernel", "install", "region_op", "register", "run_region"]
+__all__ = ["RegionKernel", "install", "kernel_of", "observe", "region_op", "register", "run_region"]

@@ -279,6 +279,12 @@ class CompiledFunction(DirectPath, GraphPath, FamilyPath, RecordChoice, Explain)
             raise InputMismatchError(f"argument {i} of {self.__name__} is on {a.device}; the C++ backend needs CPU "
                                      "tensors (move it with .cpu() or compile with backend='triton')")
 
+    def graphs(self) -> list[Any]:
+        """The workload graphs of the signatures compiled so far (those a kernel or ATen's record serves):
+        the keys their tuning records carry, what ``kernelgen tune --model`` tunes."""
+        with self._lock:
+            return [e.graph for e in self._cache.values() if e.graph is not None]
+
     @property
     def workload_name(self) -> str:
         """The name its tuning records carry: the compiled function's ``module.qualname``."""

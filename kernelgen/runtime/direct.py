@@ -53,7 +53,9 @@ class DirectPath:
                   sorted(graph.ops() - {"input"}), graph.workload_key[:12], [i.name for i in impls])
         impl, config, source = self._choose(graph, impls, backend.name, target)
         if impl.name == ATEN:  # its own ATen ops measured fastest (or it is too small to win): no kernel to build
-            return self._aten(impl, source)
+            entry = self._aten(impl, source)
+            entry.graph = graph
+            return entry
         kernels = [i for i in impls if i.name != ATEN]
         # Whatever the database says, a config runs here only once it passed a check in a worker process.
         # A hand-written kernel is checked on this call's own values too (where they can be sent safely).
@@ -77,6 +79,7 @@ class DirectPath:
                        grad=any(a.requires_grad for a in inputs), replay=cap.replay, impl=impl.name, config=config,
                        source=source, path=path, digest=impl.source_hash(), reason=reason)
         entry.huge = [bool(HUGE_ADVICE) and s.numel * s.itemsize >= HUGE_MIN_BYTES for s in graph.output_specs]
+        entry.graph = graph
         return entry
 
     def _no_launch(self, cap: Any, full: tuple, impl: str, reason: str) -> "Entry":

@@ -24,7 +24,7 @@ class Entry:
 
     __slots__ = ("launch", "outputs", "single", "flat", "slow", "eager", "check", "grad", "plan", "picks",
                  "device", "cpu", "replay", "run", "impl", "config", "source", "huge", "path", "hash", "reason",
-                 "family", "bucket")
+                 "family", "bucket", "graph")
 
     def __init__(self, launch: Callable[..., None] | None = None, outputs: tuple = (), *, eager: bool = False,
                  check: bool = False, plan: Any = None, picks: tuple | None = None, device: Any = None,
@@ -52,6 +52,7 @@ class Entry:
         self.huge = [False] * len(outputs)  # outputs big enough to ask for transparent huge pages
         self.family: str | None = None  # the shape family whose generic kernel runs, for explain()
         self.bucket: int | None = None
+        self.graph: Any = None  # the workload graph its records are keyed by (a model's tuner lists them)
         self.run = self._fresh
 
     def _fresh(self, inputs: tuple) -> tuple:

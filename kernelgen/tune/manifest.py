@@ -47,7 +47,7 @@ from kernelgen.tune.preflight import check_budget, usable_implementations
 
 OPTION_KEYS = ("backend", "trials", "seconds", "sampler", "patience", "template")
 WORKLOAD_KEYS = ("name", "function", "inputs", "shapes", "sizes", *OPTION_KEYS)
-TOP_KEYS = ("workload", "defaults")
+TOP_KEYS = ("workload", "defaults", "model")  # [[model]] tables: kernelgen.tune.model_manifest
 
 
 @dataclass(frozen=True)
@@ -90,10 +90,12 @@ def load_manifest(path: str | os.PathLike) -> list[Workload]:
     if not isinstance(defaults, dict):
         raise ManifestError(f"{path}: [defaults] must be a table of {', '.join(OPTION_KEYS)}")
     _unknown_keys(defaults, OPTION_KEYS, f"{path}: [defaults]")
-    entries = data.get("workload")
-    if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
-        raise ManifestError(f"{path}: no workloads; add at least one [[workload]] table with name, function and inputs")
-    _importable_from_cwd()
+    entries = data.get("workload", [] if data.get("model") else None)
+    if not isinstance(entries, list) or not (entries or data.get("model")) \
+            or not all(isinstance(e, dict) for e in entries):
+        raise ManifestError(f"{path}: no workloads; add at least one [[workload]] table with name, function and "
+                            "inputs, or a [[model]] table with a factory")
+    importable_from_cwd()
     workloads: list[Workload] = []
     for i, entry in enumerate(entries):
         where = f"{path}: workload {entry.get('name', f'#{i + 1}')!r}"
@@ -107,7 +109,7 @@ def load_manifest(path: str | os.PathLike) -> list[Workload]:
 def workload_from_table(entry: dict[str, Any], where: str) -> Workload:
     """One ``[[workload]]`` table (as a dict), validated and traced as ``load_manifest`` does (the
     ``kernelgen explain module:fn --input ...`` form builds one from its options)."""
-    _importable_from_cwd()
+    importable_from_cwd()
     return _workload(entry, where)
 
 
@@ -117,7 +119,8 @@ def _unknown_keys(table: dict[str, Any], allowed: tuple[str, ...], where: str) -
         raise ManifestError(f"{where}: unknown key {unknown[0]!r}; allowed keys: {', '.join(allowed)}")
 
 
-def _importable_from_cwd() -> None:
+def importable_from_cwd() -> None:
+    """Put the current directory on ``sys.path``, as ``python`` does, so ``module:function`` names resolve."""
     # Console scripts put their own bin/ first on sys.path, not the current directory.
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
@@ -129,7 +132,7 @@ def _workload(entry: dict[str, Any], where: str) -> Workload:
     name = entry.get("name")
     if not isinstance(name, str) or not name.strip():
         raise ManifestError(f"{where}: needs name = \"...\" (a non-empty string)")
-    fn = _function(entry.get("function"), where)
+    fn = import_function(entry.get("function"), where)
     signatures = _signatures(entry, where)
     backend = _backend(entry.get("backend", "cpp"), where)
     options = {k: entry.get(k) for k in ("trials", "seconds", "patience")}
@@ -176,7 +179,8 @@ def _range_family(fn: Callable[..., Any], entry: dict[str, Any],
     return range_family(fn, signatures[-1], dims)
 
 
-def _function(spec: Any, where: str) -> Callable[..., Any]:
+def import_function(spec: Any, where: str) -> Callable[..., Any]:
+    """The callable ``spec`` ("module:function") names; ``ManifestError`` naming ``where`` when it cannot be had."""
     if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
         raise ManifestError(f"{where}: function must be \"module:function\" (an import path), got {spec!r}")
     module_name, attr = spec.split(":")
@@ -301,4 +305,5 @@ def workload_implementations(workload: Workload, graph: Graph) -> list[Any]:
     return [i for i in impls if workload.template is None or i.name == workload.template]
 
 
-__all__ = ["Workload", "load_manifest", "workload_from_table", "workload_implementations"]
+__all__ = ["Workload", "import_function", "importable_from_cwd", "load_manifest", "workload_from_table",
+           "workload_implementations"]

@@ -1,0 +1,414 @@
+"""Tune a whole model (``kernelgen tune --model pkg.module:make``, a manifest's ``[[model]]``): capture it through
+the backend ``torch.compile(model, backend="kernelgen")`` uses, list the regions of its forward and backward
+graphs, deduplicate them by workload key (the same region in 24 layers is tuned once), rank them by their
+share of one profiled step, and tune them in that order within one time budget for the model.
+
+The records land under the keys dispatch looks up: each region's graph is the one its ``CompiledFunction``
+traced on the step's real inputs (``CompiledFunction.graphs``), tuned with the same candidates
+(``candidates_for``: templates, vendor GEMM, custom calls and the region's own ATen ops) on the same target.
+A later process with the same model and database runs the declared kernels with no tuning and no measuring.
+
+Several processes (hosts sharing one database URL) split a model's regions: each region is claimed with a
+database lock taken without waiting (``TuningDB.lock(wait=False)``); a process skips a region another holds and
+comes back to it at the end, when it is tuned (a lookup, no measurement).
+
+A factory ``"pkg.module:make"`` returns ``(model, inputs)``: ``inputs`` a tensor, a tuple/list of positional
+tensors, or a dict of keyword tensors (a Hugging Face model's ``input_ids``, ...). ``infer`` runs
+``model.eval()`` under ``torch.no_grad()``; ``train`` runs ``model.train()``, the forward, ``training_loss`` and
+the backward.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, published as tomli before it joined the standard library
+    import tomli as tomllib
+
+from kernelgen.backends import backend_names, get_backend
+from kernelgen.errors import KernelgenError, ManifestError
+from kernelgen.frontend import dynamo_backend, region_op
+from kernelgen.runtime.implementations import candidates_for
+from kernelgen.tune.manifest import import_function, importable_from_cwd
+
+log = logging.getLogger("kernelgen.tune")
+
+MODES = ("infer", "train")
+MIN_REGION_SECONDS = 2.0  # a region's search gets at least this much (one config of each candidate and rounds)
+PROFILE_REPEATS = 3  # each region's ATen ops timed this many times per call in the profiled step (the minimum kept)
+CLAIM_RETRY_SECONDS = 0.5  # how often a process waits for regions another process is tuning
+
+
+class ModelError(KernelgenError):
+    """A model that cannot be tuned: its factory, its inputs, or its capture."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model to tune: ``factory`` (``"pkg.module:make"``), ``mode`` (infer or train), the backend."""
+
+    factory: str
+    mode: str = "infer"
+    name: str = ""
+    backend: str = "cpp"
+    seconds: float | None = None
+    dynamic: bool | None = None  # torch.compile's: None lets Dynamo decide, True makes sizes symbolic
+
+    @property
+    def label(self) -> str:
+        return self.name or self.factory.rpartition(":")[2]
+
+
+@dataclass
+class ModelRegion:
+    """One distinct region of the model (by workload key): its graph, how often a step runs it, and the time
+    its ATen ops take per step (all its calls) on the step's real inputs."""
+
+    graph: Any
+    template: str
+    calls: int = 0
+    aten_s: float = 0.0
+    share: float = 0.0  # of eager's step time
+
+    @property
+    def key(self) -> str:
+        return self.graph.workload_key
+
+
+@dataclass
+class RegionOutcome:
+    """What tuning one region gave: the implementation dispatch will run and its speedup over the region's ATen
+    ops in the verdict's rounds (None when none ran now)."""
+
+    region: ModelRegion
+    implementation: str | None = None
+    config: dict | None = None
+    speedup: float | None = None
+    measured: int = 0
+    seconds: float = 0.0
+    error: str | None = None
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.region
+        return {"workload_key": r.key, "template": r.template, "calls": r.calls, "share": r.share,
+                "aten_ms": r.aten_s * 1e3, "implementation": self.implementation, "config": self.config,
+                "speedup_vs_aten": self.speedup, "measured": self.measured, "seconds": self.seconds,
+                "error": self.error, "note": self.note}
+
+
+@dataclass
+class ModelResult:
+    spec: ModelSpec
+    regions: list[ModelRegion]
+    step_s: float  # eager's step
+    outcomes: list[RegionOutcome] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """Something was tuned (or found tuned): a model none of whose regions could be tuned is a failure."""
+        return any(o.implementation is not None for o in self.outcomes)
+
+    def to_json(self) -> dict[str, Any]:
+        done = [o for o in self.outcomes if o.implementation is not None]
+        return {"model": self.spec.label, "factory": self.spec.factory, "mode": self.spec.mode,
+                "backend": self.spec.backend, "step_ms": self.step_s * 1e3, "regions_total": len(self.regions),
+                "regions_done": len(done), "share_covered": sum(o.region.share for o in done),
+                "seconds": self.seconds, "ok": self.ok, "regions": [o.to_json() for o in self.outcomes]}
+
+
+# --- manifests ----------------------------------------------------------------------------------------
+
+MODEL_KEYS = ("name", "factory", "mode", "backend", "seconds", "dynamic")
+
+
+def load_models(path: str) -> list[ModelSpec]:
+    """The ``[[model]]`` tables of manifest ``path`` (``kernelgen tune`` reads ``[[workload]]`` ones through
+    ``kernelgen.tune.manifest``)::
+
+        [[model]]
+        name = "gpt2"
+        factory = "mypkg.models:make_gpt2"   # returns (model, inputs)
+        mode = "train"                       # or "infer" (the default)
+        seconds = 600                        # the model's whole budget (--seconds overrides it)
+        dynamic = false                      # optional, torch.compile's dynamic=
+    """
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ManifestError(f"{path}: cannot read the manifest: {exc}") from None
+    tables = data.get("model", [])
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        raise ManifestError(f"{path}: [[model]] must be tables with a factory")
+    return [model_spec(table, f"{path}: model {table.get('name', f'#{i + 1}')!r}") for i, table in enumerate(tables)]
+
+
+def model_spec(table: dict[str, Any], where: str) -> ModelSpec:
+    """One ``[[model]]`` table (or the command line's ``--model``/``--mode``) validated into a ``ModelSpec``."""
+    unknown = sorted(set(table) - set(MODEL_KEYS))
+    if unknown:
+        raise ManifestError(f"{where}: unknown key {unknown[0]!r}; allowed keys: {', '.join(MODEL_KEYS)}")
+    factory = table.get("factory")
+    if not isinstance(factory, str) or factory.count(":") != 1 or not all(factory.split(":")):
+        raise ManifestError(f"{where}: factory must be \"module:function\" returning (model, inputs), got {factory!r}")
+    mode = table.get("mode", "infer")
+    if mode not in MODES:
+        raise ManifestError(f"{where}: mode {mode!r} is not understood; use {' or '.join(MODES)}")
+    backend = table.get("backend", "cpp")
+    if backend not in backend_names():
+        raise ManifestError(f"{where}: unknown backend {backend!r}; choose one of {', '.join(backend_names())}")
+    seconds = table.get("seconds")
+    if seconds is not None and (not isinstance(seconds, (int, float)) or seconds <= 0):
+        raise ManifestError(f"{where}: seconds must be a positive number, got {seconds!r}")
+    dynamic = table.get("dynamic")
+    if dynamic is not None and not isinstance(dynamic, bool):
+        raise ManifestError(f"{where}: dynamic must be true or false, got {dynamic!r}")
+    return ModelSpec(factory, mode, str(table.get("name") or ""), backend,
+                     None if seconds is None else float(seconds), dynamic)
+
+
+# --- the model and its step ---------------------------------------------------------------------------
+
+def load_model(factory: str) -> tuple[Any, tuple, dict]:
+    """``(model, args, kwargs)`` from the factory ``"pkg.module:make"``; ``ModelError`` with the reason."""
+    import torch
+
+    importable_from_cwd()
+    try:
+        make = import_function(factory, f"model {factory!r}")
+    except ManifestError as exc:
+        raise ModelError(str(exc)) from None
+    try:
+        made = make()
+    except Exception as exc:
+        raise ModelError(f"model factory {factory!r} raised {type(exc).__name__}: {_line(exc)}") from None
+    if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], torch.nn.Module)):
+        raise ModelError(f"model factory {factory!r} returned {type(made).__name__}; it must return "
+                         "(model, inputs): an nn.Module and a tensor, a tuple of tensors or a dict of them")
+    model, inputs = made
+    if isinstance(inputs, torch.Tensor):
+        return model, (inputs,), {}
+    if isinstance(inputs, (tuple, list)):
+        return model, tuple(inputs), {}
+    if isinstance(inputs, dict):
+        return model, (), dict(inputs)
+    raise ModelError(f"model factory {factory!r} returned inputs of type {type(inputs).__name__}; give a tensor, "
+                     "a tuple of tensors or a dict of keyword tensors")
+
+
+def training_loss(out: Any) -> Any:
+    """A scalar loss from whatever the model returns (a tensor, a tuple, a Hugging Face output): the mean square
+    of every floating-point tensor in it, in float32, so every output gets a gradient."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    leaves = out.to_tuple() if hasattr(out, "to_tuple") else out
+    tensors = [t for t in tree_leaves(leaves) if isinstance(t, torch.Tensor) and t.is_floating_point()
+               and t.requires_grad]
+    if not tensors:
+        raise ModelError("the model's output holds no floating-point tensor that requires grad: nothing to train")
+    return sum(t.float().square().mean() for t in tensors)
+
+
+def step(model: Any, args: tuple, kwargs: dict, mode: str) -> Callable[[], Any]:
+    """One step of ``model`` in ``mode`` as a no-argument callable (``train`` zeroes the grads first, so every
+    step does the same work)."""
+    import torch
+
+    if mode not in MODES:
+        raise ModelError(f"mode {mode!r} is not understood; use {' or '.join(MODES)}")
+    if mode == "infer":
+        def infer() -> Any:
+            with torch.no_grad():
+                return model(*args, **kwargs)
+        return infer
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def train() -> Any:
+        for p in params:
+            p.grad = None
+        out = model(*args, **kwargs)
+        training_loss(out).backward()
+        return out
+    return train
+
+
+def prepare(model: Any, mode: str) -> Any:
+    """The model in the mode's state: ``eval()`` to infer, ``train()`` to train."""
+    return model.eval() if mode == "infer" else model.train()
+
+
+# --- capture and profile ------------------------------------------------------------------------------
+
+def capture(spec: ModelSpec, db: Any = None) -> tuple[list[ModelRegion], float, list[Any]]:
+    """The model's distinct regions, largest share of eager's step time first; eager's step time; the graphs'
+    coverage statistics. Runs eager once (inputs that do not fit the model fail here, in one line), then the
+    model through the kernelgen backend twice: once to compile, once profiled."""
+    import copy
+
+    import torch
+
+    model, args, kwargs = load_model(spec.factory)
+    prepare(model, spec.mode)
+    eager = step(model, args, kwargs, spec.mode)
+    try:
+        eager()
+    except ModelError:
+        raise
+    except Exception as exc:
+        raise ModelError(f"model {spec.label}: its inputs do not fit it: eager PyTorch raised "
+                         f"{type(exc).__name__}: {_line(exc)}") from None
+    step_s = _median_time(eager)
+    dynamo_backend.register()
+    torch._dynamo.reset()
+    options = {"backend": spec.backend, **({"db": db} if db is not None else {})}
+    compiled = torch.compile(copy.deepcopy(model), backend="kernelgen", options=options, dynamic=spec.dynamic)
+    run = step(compiled, args, kwargs, spec.mode)
+    try:
+        with dynamo_backend.collect() as graphs:
+            run()
+    except Exception as exc:
+        raise ModelError(f"model {spec.label}: torch.compile with the kernelgen backend cannot capture it: "
+                         f"{type(exc).__name__}: {_line(exc)}") from None
+    found: dict[str, ModelRegion] = {}
+
+    def time_aten(kernel: Any, inputs: list) -> None:
+        with torch.no_grad():
+            times = []
+            for _ in range(PROFILE_REPEATS):
+                t0 = time.perf_counter()
+                kernel.gm(*inputs)
+                times.append(time.perf_counter() - t0)
+        for graph in kernel.compiled.graphs() if hasattr(kernel.compiled, "graphs") else ():
+            if tuple(s.shape for s in graph.signature) == tuple(tuple(x.shape) for x in inputs):
+                region = found.setdefault(graph.workload_key, ModelRegion(graph, kernel.template))
+                region.calls += 1
+                region.aten_s += min(times)
+                return
+
+    with region_op.observe(time_aten):
+        run()
+    regions = sorted(found.values(), key=lambda r: (-r.aten_s, r.key))
+    for r in regions:
+        r.share = r.aten_s / step_s if step_s > 0 else 0.0
+    return regions, step_s, graphs
+
+
+def _median_time(fn: Callable[[], Any], repeats: int = 3) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+# --- tune ---------------------------------------------------------------------------------------------
+
+def tune_model(spec: ModelSpec, *, db: Any, seconds: float | None = None, workers: int = 1, timeout: float = 60.0,
+               retune: bool = False, on_region: Callable[[RegionOutcome, ModelResult], None] | None = None,
+               tune: Callable[..., Any] | None = None) -> ModelResult:
+    """Capture ``spec``'s model, then tune its regions, largest share first, within ``seconds`` in total (each
+    region gets the remaining time in proportion to its share, at least ``MIN_REGION_SECONDS``; regions past
+    the budget stay untuned). ``on_region`` is told each region's outcome as it lands. ``tune`` replaces
+    ``kernelgen.tune.tuner.tune_graph`` (tests). A region whose candidates all fail is an outcome with its
+    error; the other regions' records are kept."""
+    from kernelgen.tune import tuner  # deferred: Optuna (~1 s), which only tuning needs
+
+    tune = tune or tuner.tune_graph
+    start = time.monotonic()
+    regions, step_s, _ = capture(spec, db)
+    result = ModelResult(spec, regions, step_s)
+    budget = seconds if seconds is not None else spec.seconds
+    deadline = None if budget is None else start + budget
+    fingerprint = get_backend(spec.backend).target().fingerprint
+    pending = list(regions)
+    while pending:
+        claimed_any = False
+        for region in list(pending):
+            with db.lock(f"model-region:{region.key}:{fingerprint}", wait=False) as held:
+                if not held:  # another process is tuning it: come back to it once it is done
+                    continue
+                claimed_any = True
+                pending.remove(region)
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0 and not _tuned(db, region, spec.backend, fingerprint):
+                    outcome = RegionOutcome(region, note="budget spent: untuned")
+                else:
+                    share_left = sum(r.share for r in (region, *pending)) or 1.0
+                    region_s = None if left is None else max(MIN_REGION_SECONDS, left * region.share / share_left)
+                    impls = candidates_for(region.graph, spec.backend)
+                    outcome = _tune_region(tune, region, spec, db, impls, region_s, workers, timeout, retune,
+                                           index=len(result.outcomes) + 1)
+            result.outcomes.append(outcome)
+            _log_region(outcome, len(result.outcomes), len(regions))
+            if on_region is not None:
+                on_region(outcome, result)
+        if pending and not claimed_any:
+            time.sleep(CLAIM_RETRY_SECONDS)
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def _tuned(db: Any, region: ModelRegion, backend: str, fingerprint: str) -> bool:
+    impls = candidates_for(region.graph, backend)
+    return db.best(region.key, fingerprint, implementations={i.name: i.source_hash() for i in impls}) is not None
+
+
+def _tune_region(tune: Callable[..., Any], region: ModelRegion, spec: ModelSpec, db: Any, impls: list,
+                 seconds: float | None, workers: int, timeout: float, retune: bool, index: int) -> RegionOutcome:
+    per_impl = None if seconds is None else max(0.5, seconds / max(1, len(impls)))
+    name = f"{spec.label}:{region.template}:{region.key[:8]}"
+    t0 = time.monotonic()
+    try:
+        result = tune(region.graph, backend=spec.backend, db=db, seconds=per_impl, workers=workers, timeout=timeout,
+                      retune=retune, time_eager=True, name=name)
+    except KernelgenError as exc:
+        return RegionOutcome(region, error=_line(exc), seconds=time.monotonic() - t0)
+    out = RegionOutcome(region, measured=result.measured, seconds=time.monotonic() - t0, note=result.note)
+    if result.best is None:
+        out.error = "every candidate failed here: " + ", ".join(f"{k}: {v}" for k, v in result.stop_reasons.items())
+        return out
+    out.implementation, out.config = result.best.implementation, dict(result.best.config)
+    summary = result.to_json()
+    out.speedup = summary.get("speedup_vs_eager")
+    return out
+
+
+def _log_region(outcome: RegionOutcome, done: int, total: int) -> None:
+    r = outcome.region
+    what = f"region {done}/{total} ({r.template}, {r.calls} call(s), {100 * r.share:.1f}% of the step)"
+    if outcome.error:
+        log.warning("kernelgen tune: %s not tuned: %s", what, outcome.error)
+    elif outcome.implementation is None:
+        log.info("kernelgen tune: %s: %s", what, outcome.note)
+    else:
+        why = ("no kernel beat its ATen ops in the same rounds" if outcome.implementation == "aten" else
+               "fastest in the confirmation rounds, its ATen ops included")
+        ratio = "" if outcome.speedup is None else f", {outcome.speedup:.2f}x its ATen ops"
+        log.info("kernelgen tune: %s: %s %s (%s%s)%s", what, outcome.implementation, outcome.config or "", why, ratio,
+                 "" if outcome.measured else " (already tuned)")
+
+
+def _line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300] or type(exc).__name__
+
+
+def geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v and v > 0]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+__all__ = ["MODEL_KEYS", "MODES", "load_models", "model_spec", "ModelError", "ModelRegion", "ModelResult", "ModelSpec", "RegionOutcome", "capture", "geomean",
+           "load_model", "prepare", "step", "training_loss", "tune_model"]
