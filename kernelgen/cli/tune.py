@@ -93,7 +93,7 @@ def register(app: typer.Typer) -> None:
                         trials=trials, seconds=seconds, sampler=sampler, patience=patience, workers=workers,
                         seed=seed, timeout=timeout, retune=retune)))
                 for spec in models:
-                    tuned_models.append(tune_one_model(spec, database, progress, seconds=seconds, workers=workers,
+                    tuned_models.append(tune_one_model(spec, database, progress, seconds=seconds, trials=trials, workers=workers,
                                                        timeout=timeout, retune=retune))
         finally:
             url = database.url

@@ -22,8 +22,8 @@ def model_specs(manifest: str | None, model: str | None, mode: str) -> list[Mode
     return specs
 
 
-def tune_one_model(spec: ModelSpec, db: Any, progress: Progress, *, seconds: float | None, workers: int,
-                   timeout: float, retune: bool) -> dict[str, Any]:
+def tune_one_model(spec: ModelSpec, db: Any, progress: Progress, *, seconds: float | None, trials: int | None,
+                   workers: int, timeout: float, retune: bool) -> dict[str, Any]:
     """Tune one model; its JSON summary (``ok`` False, with ``error``, when it could not be captured or no
     region could be tuned)."""
     from kernelgen.tune.model import tune_model  # deferred: torch, Dynamo and Optuna, which only tuning needs
@@ -40,8 +40,8 @@ def tune_one_model(spec: ModelSpec, db: Any, progress: Progress, *, seconds: flo
                         best=f"{100 * covered:.0f}% of the step tuned, best region {max(best, default=0):.2f}x ATen")
 
     try:
-        result = tune_model(spec, db=db, seconds=seconds, workers=workers, timeout=timeout, retune=retune,
-                            on_region=on_region)
+        result = tune_model(spec, db=db, seconds=seconds, trials=trials, workers=workers, timeout=timeout,
+                            retune=retune, on_region=on_region)
     except KernelgenError as exc:
         progress.update(task, best="failed")
         return {"model": spec.label, "factory": spec.factory, "mode": spec.mode, "ok": False, "error": str(exc),

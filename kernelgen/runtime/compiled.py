@@ -279,11 +279,13 @@ class CompiledFunction(DirectPath, GraphPath, FamilyPath, RecordChoice, Explain)
             raise InputMismatchError(f"argument {i} of {self.__name__} is on {a.device}; the C++ backend needs CPU "
                                      "tensors (move it with .cpu() or compile with backend='triton')")
 
-    def graphs(self) -> list[Any]:
-        """The workload graphs of the signatures compiled so far (those a kernel or ATen's record serves):
-        the keys their tuning records carry, what ``kernelgen tune --model`` tunes."""
+    def choices(self) -> list[dict[str, Any]]:
+        """What each signature compiled so far runs: ``graph`` (the workload graph its tuning records are keyed
+        by: what ``kernelgen tune --model`` tunes), ``implementation``, ``config`` and ``source`` (db, default,
+        tuned, ...); signatures that run eagerly for want of a kernel are left out."""
         with self._lock:
-            return [e.graph for e in self._cache.values() if e.graph is not None]
+            return [{"graph": e.graph, "implementation": e.impl, "config": e.config, "source": e.source}
+                    for e in self._cache.values() if e.graph is not None]
 
     @property
     def workload_name(self) -> str:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import math
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -35,8 +34,10 @@ else:  # Python 3.10: the same parser, published as tomli before it joined the s
     import tomli as tomllib
 
 from kernelgen.backends import backend_names, get_backend
+from kernelgen.check.verdicts import check
 from kernelgen.errors import KernelgenError, ManifestError
 from kernelgen.frontend import dynamo_backend, region_op
+from kernelgen.runtime.aten import NAME as ATEN
 from kernelgen.runtime.implementations import candidates_for
 from kernelgen.tune.manifest import import_function, importable_from_cwd
 
@@ -269,7 +270,7 @@ def capture(spec: ModelSpec, db: Any = None) -> tuple[list[ModelRegion], float, 
     except Exception as exc:
         raise ModelError(f"model {spec.label}: its inputs do not fit it: eager PyTorch raised "
                          f"{type(exc).__name__}: {_line(exc)}") from None
-    step_s = _median_time(eager)
+    step_s = _min_time(eager)
     dynamo_backend.register()
     torch._dynamo.reset()
     options = {"backend": spec.backend, **({"db": db} if db is not None else {})}
@@ -290,7 +291,7 @@ def capture(spec: ModelSpec, db: Any = None) -> tuple[list[ModelRegion], float, 
                 t0 = time.perf_counter()
                 kernel.gm(*inputs)
                 times.append(time.perf_counter() - t0)
-        for graph in kernel.compiled.graphs() if hasattr(kernel.compiled, "graphs") else ():
+        for graph in (c["graph"] for c in kernel.compiled.choices()):
             if tuple(s.shape for s in graph.signature) == tuple(tuple(x.shape) for x in inputs):
                 region = found.setdefault(graph.workload_key, ModelRegion(graph, kernel.template))
                 region.calls += 1
@@ -299,29 +300,51 @@ def capture(spec: ModelSpec, db: Any = None) -> tuple[list[ModelRegion], float, 
 
     with region_op.observe(time_aten):
         run()
+    if not found:
+        left = sorted({reason for g in graphs for reason in g.left.values()})
+        raise ModelError(f"model {spec.label}: the kernelgen backend found no region to tune (Dynamo handed it "
+                         f"{len(graphs)} graph(s){'; ATen kept ops because ' + left[0] if left else ''})")
     regions = sorted(found.values(), key=lambda r: (-r.aten_s, r.key))
     for r in regions:
         r.share = r.aten_s / step_s if step_s > 0 else 0.0
     return regions, step_s, graphs
 
 
-def _median_time(fn: Callable[[], Any], repeats: int = 3) -> float:
+def dispatched(graphs: list[Any]) -> list[dict[str, Any]]:
+    """What each region of the backend's compiled ``graphs`` (``dynamo_backend.collect()``) runs: per region
+    and signature, its ``template``, ``workload_key``, ``implementation``, ``config`` and ``source``."""
+    out = []
+    for stats in graphs:
+        for key in stats.keys:
+            kernel = region_op.kernel_of(key)
+            for choice in kernel.compiled.choices():
+                out.append({"graph": stats.name, "template": kernel.template,
+                            "workload_key": choice["graph"].workload_key, "implementation": choice["implementation"],
+                            "config": None if choice["config"] is None else dict(choice["config"]),
+                            "source": choice["source"]})
+    return out
+
+
+def _min_time(fn: Callable[[], Any], repeats: int = 5) -> float:
+    # The minimum, as for each region's ATen ops: on a shared machine a step's first calls after a pause can
+    # wait a scheduler slice for a CPU (100 ms on this project's 2-core machine), which is not the model's time.
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return min(times)
 
 
 # --- tune ---------------------------------------------------------------------------------------------
 
-def tune_model(spec: ModelSpec, *, db: Any, seconds: float | None = None, workers: int = 1, timeout: float = 60.0,
+def tune_model(spec: ModelSpec, *, db: Any, seconds: float | None = None, trials: int | None = None,
+               workers: int = 1, timeout: float = 60.0,
                retune: bool = False, on_region: Callable[[RegionOutcome, ModelResult], None] | None = None,
                tune: Callable[..., Any] | None = None) -> ModelResult:
     """Capture ``spec``'s model, then tune its regions, largest share first, within ``seconds`` in total (each
     region gets the remaining time in proportion to its share, at least ``MIN_REGION_SECONDS``; regions past
-    the budget stay untuned). ``on_region`` is told each region's outcome as it lands. ``tune`` replaces
+    the budget stay untuned; ``trials`` caps each candidate's search instead of, or beside, the time). ``on_region`` is told each region's outcome as it lands. ``tune`` replaces
     ``kernelgen.tune.tuner.tune_graph`` (tests). A region whose candidates all fail is an outcome with its
     error; the other regions' records are kept."""
     from kernelgen.tune import tuner  # deferred: Optuna (~1 s), which only tuning needs
@@ -349,8 +372,7 @@ def tune_model(spec: ModelSpec, *, db: Any, seconds: float | None = None, worker
                     share_left = sum(r.share for r in (region, *pending)) or 1.0
                     region_s = None if left is None else max(MIN_REGION_SECONDS, left * region.share / share_left)
                     impls = candidates_for(region.graph, spec.backend)
-                    outcome = _tune_region(tune, region, spec, db, impls, region_s, workers, timeout, retune,
-                                           index=len(result.outcomes) + 1)
+                    outcome = _tune_region(tune, region, spec, db, impls, region_s, trials, workers, timeout, retune)
             result.outcomes.append(outcome)
             _log_region(outcome, len(result.outcomes), len(regions))
             if on_region is not None:
@@ -367,13 +389,15 @@ def _tuned(db: Any, region: ModelRegion, backend: str, fingerprint: str) -> bool
 
 
 def _tune_region(tune: Callable[..., Any], region: ModelRegion, spec: ModelSpec, db: Any, impls: list,
-                 seconds: float | None, workers: int, timeout: float, retune: bool, index: int) -> RegionOutcome:
+                 seconds: float | None, trials: int | None, workers: int, timeout: float,
+                 retune: bool) -> RegionOutcome:
+    # tune_graph's budgets are per candidate: the region's time is shared between them
     per_impl = None if seconds is None else max(0.5, seconds / max(1, len(impls)))
     name = f"{spec.label}:{region.template}:{region.key[:8]}"
     t0 = time.monotonic()
     try:
-        result = tune(region.graph, backend=spec.backend, db=db, seconds=per_impl, workers=workers, timeout=timeout,
-                      retune=retune, time_eager=True, name=name)
+        result = tune(region.graph, backend=spec.backend, db=db, seconds=per_impl, trials=trials, workers=workers,
+                      timeout=timeout, retune=retune, time_eager=True, name=name)
     except KernelgenError as exc:
         return RegionOutcome(region, error=_line(exc), seconds=time.monotonic() - t0)
     out = RegionOutcome(region, measured=result.measured, seconds=time.monotonic() - t0, note=result.note)
@@ -381,9 +405,18 @@ def _tune_region(tune: Callable[..., Any], region: ModelRegion, spec: ModelSpec,
         out.error = "every candidate failed here: " + ", ".join(f"{k}: {v}" for k, v in result.stop_reasons.items())
         return out
     out.implementation, out.config = result.best.implementation, dict(result.best.config)
+    _check_now(impls, result.best, spec.backend)
     summary = result.to_json()
     out.speedup = summary.get("speedup_vs_eager")
     return out
+
+
+def _check_now(impls: list, best: Any, backend: str) -> None:
+    """Dispatch's one-off check of the declared kernel, run now (its verdict cached on this machine): so a later
+    process runs the tuned model without starting a measurement worker."""
+    impl = next((i for i in impls if i.name == best.implementation), None)
+    if impl is not None and impl.name != ATEN:
+        check(impl, best.config, get_backend(backend).target(), quiet=True)
 
 
 def _log_region(outcome: RegionOutcome, done: int, total: int) -> None:
@@ -410,5 +443,5 @@ def geomean(values: list[float]) -> float | None:
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
-__all__ = ["MODEL_KEYS", "MODES", "load_models", "model_spec", "ModelError", "ModelRegion", "ModelResult", "ModelSpec", "RegionOutcome", "capture", "geomean",
+__all__ = ["MODEL_KEYS", "MODES", "load_models", "model_spec", "ModelError", "ModelRegion", "ModelResult", "ModelSpec", "RegionOutcome", "capture", "dispatched", "geomean",
            "load_model", "prepare", "step", "training_loss", "tune_model"]

@@ -1,0 +1,63 @@
+"""Model factories for the model-tuning tests (``kernelgen tune --model model_fakes:make``), and ones that fail."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Block(nn.Module):
+    """A pre-norm MLP block with a residual: a LayerNorm, two Linears and a GELU, a few distinct regions."""
+
+    def __init__(self, d: int = 32) -> None:
+        super().__init__()
+        self.norm, self.up, self.down = nn.LayerNorm(d), nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(F.gelu(self.up(self.norm(x))))
+
+
+class Deep(nn.Module):
+    """Distinct regions enough for two tuning processes to share: blocks of different widths."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = Block(32), Block(48)
+        self.proj = nn.Linear(32, 48)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self.b(self.proj(self.a(x))), dim=-1)
+
+
+def make():
+    torch.manual_seed(0)
+    return Block(), torch.randn(8, 32)
+
+
+def make_deep():
+    torch.manual_seed(0)
+    return Deep(), (torch.randn(8, 32),)
+
+
+def raises():
+    raise RuntimeError("the checkpoint is missing")
+
+
+def not_a_pair():
+    return Block()
+
+
+def wrong_inputs():
+    return Block(), torch.randn(8, 5)  # the block takes 32 features
+
+
+class Uncapturable(nn.Module):
+    def forward(self, x):
+        if torch.compiler.is_compiling():
+            raise RuntimeError("this model cannot be traced")
+        return x * 2
+
+
+def uncapturable():
+    return Uncapturable(), torch.randn(4, 4)

@@ -1,0 +1,148 @@
+"""``kernelgen tune --model``: a model's regions tuned once each, under the keys dispatch looks up; a later
+process runs them with no tuning, no measuring and no compile; records exported and imported onto a clean
+machine give the same choices; two processes split the regions; bad input gives one line and a non-zero exit."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernelgen.cli import main
+from kernelgen.db import open_db
+from kernelgen.errors import NoTemplateError
+from kernelgen.tune.model import ModelSpec, tune_model
+
+HERE = Path(__file__).resolve().parent
+pytestmark = pytest.mark.timeout(600)
+
+
+def _env(cache: Path) -> dict:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+            "KERNELGEN_CACHE_DIR": str(cache)}
+
+
+def _second_process(factory: str, mode: str, url: str, cache: Path) -> dict:
+    proc = subprocess.run([sys.executable, str(HERE / "model_second_process.py"), factory, mode, url],
+                          capture_output=True, text=True, timeout=400, env=_env(cache))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _tune_cli(factory: str, mode: str, url: str, cache: Path, trials: int = 3) -> subprocess.Popen:
+    return subprocess.Popen([str(Path(sys.executable).parent / "kernelgen"), "tune", "--model", factory, "--mode", mode,
+                             "--db", url, "--trials", str(trials), "--json"], cwd=HERE, env=_env(cache),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_tuned_model_runs_its_records_in_a_later_process_with_zero_measurements(tmp_path):
+    url, cache = f"sqlite:///{tmp_path / 'team.sqlite'}", tmp_path / "kernels"
+    proc = _tune_cli("model_fakes:make", "train", url, cache)
+    out, err = proc.communicate(timeout=500)
+    assert proc.returncode == 0, err[-3000:]
+    doc = json.loads(out)["models"][0]
+    assert doc["ok"] and doc["regions_done"] == doc["regions_total"] > 0
+    keys = [r["workload_key"] for r in doc["regions"]]
+    assert len(keys) == len(set(keys))  # forward and backward regions, each distinct one tuned once
+    assert all(r["implementation"] and r["measured"] > 0 for r in doc["regions"])
+    assert all(r["share"] > 0 for r in doc["regions"])  # shares of eager's step, largest first
+    assert [r["share"] for r in doc["regions"]] == sorted((r["share"] for r in doc["regions"]), reverse=True)
+
+    later = _second_process("model_fakes:make", "train", url, cache)
+    assert later["tunings"] == 0 and later["workers"] == 0 and later["compiles"] == 0, later
+    chosen = {r["workload_key"]: r["implementation"] for r in doc["regions"]}
+    ran = {r["workload_key"]: r for r in later["regions"]}
+    assert set(chosen) <= set(ran)
+    for key, impl in chosen.items():  # every region runs the record tuning declared, found in the database
+        assert ran[key]["source"] == "db" and ran[key]["implementation"] == impl, ran[key]
+    assert later["max_err"] < 1e-4
+
+    # A clean machine: another database fed only by the export file, and an empty kernel cache.
+    export = tmp_path / "model.jsonl"
+    assert main(["db", "export", str(export), "--db", url]) == 0
+    clean = f"sqlite:///{tmp_path / 'clean.sqlite'}"
+    assert main(["db", "import", str(export), "--db", clean]) == 0
+    fresh = _second_process("model_fakes:make", "train", clean, tmp_path / "empty-cache")
+    assert fresh["tunings"] == 0, fresh  # zero tuning; its kernels are compiled and checked once, as on any machine
+    imported = {r["workload_key"]: r for r in fresh["regions"]}
+    for key, impl in chosen.items():  # the same choices, from the imported records
+        assert imported[key]["source"] == "db" and imported[key]["implementation"] == impl, imported[key]
+    assert fresh["max_err"] < 1e-4
+
+
+@pytest.mark.slow
+def test_two_processes_split_the_regions_through_the_database(tmp_path):
+    url, cache = f"sqlite:///{tmp_path / 'shared.sqlite'}", tmp_path / "kernels"
+    procs = [_tune_cli("model_fakes:make_deep", "infer", url, cache) for _ in range(2)]
+    docs = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=500)
+        assert proc.returncode == 0, err[-3000:]
+        docs.append(json.loads(out)["models"][0])
+    tuned_by = [{r["workload_key"] for r in d["regions"] if r["measured"] > 0} for d in docs]
+    every = {r["workload_key"] for d in docs for r in d["regions"]}
+    assert not tuned_by[0] & tuned_by[1]  # no region tuned twice
+    assert tuned_by[0] | tuned_by[1] == every  # and every region tuned by one of them
+    assert tuned_by[0] and tuned_by[1], tuned_by  # the work was shared
+    assert all(r["implementation"] for d in docs for r in d["regions"])  # each saw every region done
+
+
+def test_a_region_whose_candidates_all_fail_keeps_the_others(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(HERE))
+    calls = []
+
+    def fake_tune(graph, **kwargs):
+        calls.append(graph.workload_key)
+        if len(calls) == 1:
+            raise NoTemplateError("every candidate failed its check")
+        return _FakeResult(graph)
+
+    with open_db(f"sqlite:///{tmp_path / 'db.sqlite'}") as db:
+        result = tune_model(ModelSpec("model_fakes:make", "infer"), db=db, seconds=30, tune=fake_tune)
+    assert len(calls) == len(result.regions) > 1
+    first, *rest = result.outcomes
+    assert first.error and "every candidate failed" in first.error and first.implementation is None
+    assert all(o.implementation == "pointwise" and o.error is None for o in rest) and result.ok
+
+
+class _FakeResult:
+    def __init__(self, graph):
+        from types import SimpleNamespace
+
+        self.graph, self.measured, self.note, self.stop_reasons = graph, 1, "", {}
+        self.best = SimpleNamespace(implementation="pointwise", config={"block": 1})
+
+    def to_json(self):
+        return {"speedup_vs_eager": 1.5}
+
+
+@pytest.mark.parametrize(("factory", "says"), [
+    ("no_such_module:make", "cannot import module 'no_such_module'"),
+    ("model_fakes:raises", "raised RuntimeError: the checkpoint is missing"),
+    ("model_fakes:not_a_pair", "it must return (model, inputs)"),
+    ("model_fakes:wrong_inputs", "its inputs do not fit it"),
+    ("model_fakes:uncapturable", "found no region to tune"),
+])
+def test_bad_models_give_one_line_and_a_non_zero_exit(tmp_path, monkeypatch, capsys, factory, says):
+    monkeypatch.chdir(HERE)
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    assert main(["tune", "--model", factory, "--db", url, "--seconds", "5", "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)["models"][0]
+    assert not doc["ok"] and says in doc["error"] and "\n" not in doc["error"]
+
+
+def test_manifest_model_tables_are_validated_before_anything_runs(tmp_path, capsys):
+    manifest = tmp_path / "m.toml"
+    manifest.write_text('[[model]]\nfactory = "model_fakes:make"\nmode = "sideways"\n')
+    assert main(["tune", str(manifest), "--db", f"sqlite:///{tmp_path / 'db.sqlite'}"]) == 1
+    assert "mode 'sideways' is not understood" in capsys.readouterr().err
+    manifest.write_text('[[model]]\nfactory = "model_fakes:make"\nlayers = 3\n')
+    assert main(["tune", str(manifest)]) == 1
+    assert "unknown key 'layers'" in capsys.readouterr().err
+    assert main(["tune"]) == 1
+    assert "nothing to tune" in capsys.readouterr().err
