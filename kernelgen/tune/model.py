@@ -94,7 +94,8 @@ class RegionOutcome:
     implementation: str | None = None
     config: dict | None = None
     speedup: float | None = None
-    measured: int = 0
+    measured: int = 0  # measurements made now, confirmation rounds included
+    searched: int = 0  # search trials measured now (0: another process, or an earlier run, searched it)
     seconds: float = 0.0
     error: str | None = None
     note: str = ""
@@ -103,7 +104,8 @@ class RegionOutcome:
         r = self.region
         return {"workload_key": r.key, "template": r.template, "calls": r.calls, "share": r.share,
                 "aten_ms": r.aten_s * 1e3, "implementation": self.implementation, "config": self.config,
-                "speedup_vs_aten": self.speedup, "measured": self.measured, "seconds": self.seconds,
+                "speedup_vs_aten": self.speedup, "measured": self.measured, "searched": self.searched,
+                "seconds": self.seconds,
                 "error": self.error, "note": self.note}
 
 
@@ -395,12 +397,18 @@ def _tune_region(tune: Callable[..., Any], region: ModelRegion, spec: ModelSpec,
     per_impl = None if seconds is None else max(0.5, seconds / max(1, len(impls)))
     name = f"{spec.label}:{region.template}:{region.key[:8]}"
     t0 = time.monotonic()
+    searched = [0]
+
+    def on_trial(event: Any) -> None:
+        searched[0] += event.measured and event.phase == "search"
+
     try:
         result = tune(region.graph, backend=spec.backend, db=db, seconds=per_impl, trials=trials, workers=workers,
-                      timeout=timeout, retune=retune, time_eager=True, name=name)
+                      timeout=timeout, retune=retune, time_eager=True, name=name, on_trial=on_trial)
     except KernelgenError as exc:
-        return RegionOutcome(region, error=_line(exc), seconds=time.monotonic() - t0)
-    out = RegionOutcome(region, measured=result.measured, seconds=time.monotonic() - t0, note=result.note)
+        return RegionOutcome(region, error=_line(exc), seconds=time.monotonic() - t0, searched=searched[0])
+    out = RegionOutcome(region, measured=result.measured, searched=searched[0], seconds=time.monotonic() - t0,
+                        note=result.note)
     if result.best is None:
         out.error = "every candidate failed here: " + ", ".join(f"{k}: {v}" for k, v in result.stop_reasons.items())
         return out

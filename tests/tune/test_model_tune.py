@@ -84,9 +84,11 @@ def test_two_processes_split_the_regions_through_the_database(tmp_path):
         out, err = proc.communicate(timeout=500)
         assert proc.returncode == 0, err[-3000:]
         docs.append(json.loads(out)["models"][0])
-    tuned_by = [{r["workload_key"] for r in d["regions"] if r["measured"] > 0} for d in docs]
+    # (a process may re-run another's confirmation rounds when they were too disturbed to declare a verdict,
+    # as any rerun does: the search itself is never repeated)
+    tuned_by = [{r["workload_key"] for r in d["regions"] if r["searched"] > 0} for d in docs]
     every = {r["workload_key"] for d in docs for r in d["regions"]}
-    assert not tuned_by[0] & tuned_by[1]  # no region tuned twice
+    assert not tuned_by[0] & tuned_by[1]  # no region searched twice
     assert tuned_by[0] | tuned_by[1] == every  # and every region tuned by one of them
     assert tuned_by[0] and tuned_by[1], tuned_by  # the work was shared
     assert all(r["implementation"] for d in docs for r in d["regions"])  # each saw every region done
