@@ -1,6 +1,7 @@
 """``kernelgen tune --model``: a model's regions tuned once each, under the keys dispatch looks up; a later
 process runs them with no tuning, no measuring and no compile; records exported and imported onto a clean
-machine give the same choices; two processes split the regions; bad input gives one line and a non-zero exit."""
+machine give the same choices; bad input gives one line and a non-zero exit. (Two processes splitting a model's
+regions through one database: ``tests/db/test_model_split.py``, on PostgreSQL where a server can start.)"""
 
 from __future__ import annotations
 
@@ -21,28 +22,28 @@ HERE = Path(__file__).resolve().parent
 pytestmark = pytest.mark.timeout(600)
 
 
-def _env(cache: Path) -> dict:
+def env_for(cache: Path) -> dict:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
             "KERNELGEN_CACHE_DIR": str(cache)}
 
 
 def _second_process(factory: str, mode: str, url: str, cache: Path) -> dict:
     proc = subprocess.run([sys.executable, str(HERE / "model_second_process.py"), factory, mode, url],
-                          capture_output=True, text=True, timeout=400, env=_env(cache))
+                          capture_output=True, text=True, timeout=400, env=env_for(cache))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _tune_cli(factory: str, mode: str, url: str, cache: Path, trials: int = 3) -> subprocess.Popen:
+def tune_cli(factory: str, mode: str, url: str, cache: Path, trials: int = 3) -> subprocess.Popen:
     return subprocess.Popen([str(Path(sys.executable).parent / "kernelgen"), "tune", "--model", factory, "--mode", mode,
-                             "--db", url, "--trials", str(trials), "--json"], cwd=HERE, env=_env(cache),
+                             "--db", url, "--trials", str(trials), "--json"], cwd=HERE, env=env_for(cache),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 @pytest.mark.slow
 def test_tuned_model_runs_its_records_in_a_later_process_with_zero_measurements(tmp_path):
     url, cache = f"sqlite:///{tmp_path / 'team.sqlite'}", tmp_path / "kernels"
-    proc = _tune_cli("model_fakes:make", "train", url, cache)
+    proc = tune_cli("model_fakes:make", "train", url, cache)
     out, err = proc.communicate(timeout=500)
     assert proc.returncode == 0, err[-3000:]
     doc = json.loads(out)["models"][0]
@@ -73,25 +74,6 @@ def test_tuned_model_runs_its_records_in_a_later_process_with_zero_measurements(
     for key, impl in chosen.items():  # the same choices, from the imported records
         assert imported[key]["source"] == "db" and imported[key]["implementation"] == impl, imported[key]
     assert fresh["max_err"] < 1e-4
-
-
-@pytest.mark.slow
-def test_two_processes_split_the_regions_through_the_database(tmp_path):
-    url, cache = f"sqlite:///{tmp_path / 'shared.sqlite'}", tmp_path / "kernels"
-    procs = [_tune_cli("model_fakes:make_deep", "infer", url, cache) for _ in range(2)]
-    docs = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=500)
-        assert proc.returncode == 0, err[-3000:]
-        docs.append(json.loads(out)["models"][0])
-    # (a process may re-run another's confirmation rounds when they were too disturbed to declare a verdict,
-    # as any rerun does: the search itself is never repeated)
-    tuned_by = [{r["workload_key"] for r in d["regions"] if r["searched"] > 0} for d in docs]
-    every = {r["workload_key"] for d in docs for r in d["regions"]}
-    assert not tuned_by[0] & tuned_by[1]  # no region searched twice
-    assert tuned_by[0] | tuned_by[1] == every  # and every region tuned by one of them
-    assert tuned_by[0] and tuned_by[1], tuned_by  # the work was shared
-    assert all(r["implementation"] for d in docs for r in d["regions"])  # each saw every region done
 
 
 def test_a_region_whose_candidates_all_fail_keeps_the_others(tmp_path, monkeypatch):
