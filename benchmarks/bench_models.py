@@ -1,17 +1,23 @@
-"""Whole models (examples/models.py) with kernelgen's torch.compile backend vs eager vs Inductor, in one run.
+"""Whole models through eager, Inductor, Inductor max-autotune, kernelgen untuned and kernelgen tuned, in one run.
 
-For each model and each mode, forward (inference, ``torch.no_grad``) and forward+backward (a training step
-without optimizer: ``out.float().sum().backward()``), it prints median times of the three variants measured
-in interleaved rounds (eager, Inductor, kernelgen, eager, Inductor, kernelgen, ...) so a change of machine
-load hits every column alike; speedups vs eager and vs Inductor with geomeans over the models; each
-compiler's compile time (its first call); correctness (max abs error of the outputs and gradients vs eager,
-within tolerance or not); and coverage: the share of the ATen ops and of eager's time that ran inside
-kernelgen regions, and kernels launched vs eager's op count.
+Models: Hugging Face ``transformers`` GPT-2, Llama, BERT and ResNet-18 built from configs with random weights
+(``examples/hf_models.py``: 2 layers, hidden 256, 4 x 128 tokens; 4 x 128² images), and optionally the blocks of
+``examples/models.py`` (``--models block-gpt2,...``). Each model runs in both modes: ``infer`` (eval, no_grad)
+and ``train`` (forward, ``kernelgen.tune.model.training_loss``, backward).
 
-    python benchmarks/bench_models.py [--models gpt2,llama] [--modes fwd,fwd+bwd] [--size {test,bench}]
-        [--rounds 10] [--tuned [--tune-seconds 3]] [--warm-caches] [--json]
+Per model and mode: first ``kernelgen tune --model FACTORY --mode MODE --seconds S`` tunes it in a separate,
+earlier process (its wall time is the tuning time; records in ``--db``, a temporary SQLite file by default);
+then this process compiles five variants (``kernelgen untuned`` reads an empty database, ``kernelgen tuned`` the
+tuned one) and times them in interleaved rounds (eager, Inductor, max-autotune, kg untuned, kg tuned, eager, ...)
+so a change of machine load hits every column alike. It prints medians, speedups, geomeans per mode, each
+compiler's first-call time beside the tuning time, the max abs error vs eager, what the tuned regions run
+(kernels vs their ATen ops) and the load average before and after each model, with the CPU model.
 
-It prints; it never asserts.
+    python benchmarks/bench_models.py [--models hf-gpt2,hf-llama,hf-bert,hf-resnet] [--modes infer,train]
+        [--rounds 10] [--tune-seconds 60] [--db URL] [--no-max-autotune] [--hog] [--json]
+
+``--hog`` runs the timing rounds while two busy processes load every core (what a shared machine does to each
+compiler); reuse a quiet run's tuned records with ``--db URL``. It prints; it never asserts.
 """
 
 from __future__ import annotations
@@ -19,336 +25,229 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import functools
 import json
 import math
+import multiprocessing
 import os
-import re
+import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import torch
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # configs only: nothing is downloaded
+
+import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
-from examples.models import make, names, training_loss  # noqa: E402
+from kernelgen.frontend import dynamo_backend  # noqa: E402
+from kernelgen.tune.model import dispatched, load_model, prepare, step  # noqa: E402
 
-VARIANTS = ("eager", "inductor", "kernelgen")
-MODES = ("fwd", "fwd+bwd")
-# float32 models: kernels reorder sums (GEMM, softmax, norms, weight grads summed over every token), so
-# results differ from eager in the last bits, more with longer sums; Inductor's own errors at the bench size
-# (up to ~6e-4 on the grads) sit inside this bound.
-RTOL = ATOL = 1e-3
-
-
-# --- kernelgen's backend and its coverage stats, looked up so the bench runs (with empty columns) without it
-
-def _backend_module() -> Any:
-    from kernelgen.frontend import dynamo_backend
-
-    dynamo_backend.register()  # idempotent; the entry point may not be installed for this checkout
-    return dynamo_backend
+MODELS = {"hf-gpt2": "examples.hf_models:gpt2", "hf-llama": "examples.hf_models:llama",
+          "hf-bert": "examples.hf_models:bert", "hf-resnet": "examples.hf_models:resnet",
+          "block-gpt2": "examples.models:gpt2_block", "block-llama": "examples.models:llama_block",
+          "block-bert": "examples.models:bert_block", "block-cnn": "examples.models:cnn_block"}
+DEFAULT_MODELS = "hf-gpt2,hf-llama,hf-bert,hf-resnet"
+MODES = ("infer", "train")
+VARIANTS = ("eager", "inductor", "max-autotune", "kg-untuned", "kg-tuned")
 
 
-def unavailable_reason() -> str | None:
+def cpu_model() -> str:
     try:
-        from torch._dynamo.backends.registry import lookup_backend
-
-        _backend_module()
-        lookup_backend("kernelgen")
-    except Exception as exc:
-        return f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
-    return None
-
-
-def recording() -> contextlib.AbstractContextManager:
-    """``with recording() as graphs:`` collects the backend's stats of the graphs compiled in the block."""
-    return _backend_module().collect()
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
-def graph_summary(graphs: list) -> dict[str, Any]:
-    """The backend's view of one model step: ATen ops in and outside regions, region runs, reasons left."""
-    left: dict[str, int] = {}
-    for g in graphs:
-        for reason in g.left.values():
-            # One line per kind of reason: drop the node it names and the list of what is supported.
-            reason = re.sub(r" at `[^`]*`", "", reason).split(";")[0]
-            left[reason] = left.get(reason, 0) + 1
-    total, fused = sum(g.aten_ops for g in graphs), sum(g.fused_ops for g in graphs)
-    return {"graphs": [g.as_dict() for g in graphs], "aten_ops": total, "fused_ops": fused,
-            "op_share": fused / total if total else None, "left": left,
-            "kernel_runs": sum(g.runs.get("kernel", 0) for g in graphs),
-            "eager_runs": sum(g.runs.get("eager", 0) for g in graphs)}
-
-
-def measure(kg_step: Callable[[], Any], eager_step: Callable[[], Any]) -> dict[str, Any]:
-    """Coverage of one kernelgen step seen by the profiler, beside eager's same step.
-
-    Ops left to ATen run at eager's speed, so eager's time inside kernelgen regions is estimated as eager's
-    op time minus the time of the ATen ops kernelgen left outside its regions.
-    """
-    ops = _top_level_ops({"eager": eager_step, "kernelgen": kg_step})
-    eager, kg = ops["eager"], ops["kernelgen"]
-    share = 1.0 - kg["aten_s"] / eager["aten_s"] if eager["aten_s"] else None
-    return {"launches": kg["kernelgen"] + kg["aten"], "regions": kg["kernelgen"], "eager_launches": eager["aten"],
-            "time_share": None if share is None else min(max(share, 0.0), 1.0)}
-
-
-def tune(name: str, size: str, mode: str, seconds: float) -> str:
-    """One step with the backend's ``tune="auto"``: each region is tuned by kernelgen's tuner on its first
-    call (records in ``KERNELGEN_DB``), so the timed compile after it finds the tuned configs there."""
-    module, inputs = make(name, size)
-    compiled = torch.compile(copy.deepcopy(module), backend="kernelgen", options={"tune": "auto", "seconds": seconds})
+def tune_in_subprocess(factory: str, mode: str, url: str, seconds: float) -> dict[str, Any]:
+    """``kernelgen tune --model`` in its own process: its wall time and its JSON summary of the model."""
+    cmd = [str(Path(sys.executable).parent / "kernelgen"), "tune", "--model", factory, "--mode", mode, "--db", url,
+           "--seconds", str(seconds), "--json"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    wall = time.perf_counter() - t0
     try:
-        with recording() as graphs:
-            _step(compiled, inputs, mode)()
-    except Exception as exc:  # the timed compile meets the same failure and reports it in its row
-        return f"not tuned: {type(exc).__name__}: {' '.join(str(exc).split())[:120]}"
-    finally:
-        torch._dynamo.reset()
-    return f"tuned the regions of {len(graphs)} graph(s) ({sum(g.regions for g in graphs)} regions)"
+        model = json.loads(proc.stdout)["models"][0]
+    except (ValueError, KeyError, IndexError):
+        model = {"ok": False, "error": (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]}
+    return {"seconds": wall, **model}
 
 
-@functools.lru_cache(maxsize=None)
-def _is_view(name: str) -> bool:
-    # A view returns an alias of its input and launches no kernel; it counts as no launch on either side.
-    schemas = torch._C._jit_get_schemas_for_operator(name)
-    return bool(schemas) and all(r.alias_info is not None and not r.alias_info.is_write
-                                 for s in schemas for r in s.returns)
+def _first_tensor(out: Any) -> torch.Tensor:
+    if isinstance(out, torch.Tensor):
+        return out
+    leaves = out.to_tuple() if hasattr(out, "to_tuple") else out
+    return next(t for t in torch.utils._pytree.tree_leaves(leaves) if isinstance(t, torch.Tensor))
 
 
-def _top_level_ops(steps: dict[str, Callable[[], Any]], reps: int = 5) -> dict[str, dict[str, float]]:
-    """Per step and call: kernelgen region ops, ATen ops (views excluded) and the ATen ops' time, outermost
-    ops only (an op called inside another, e.g. aten::mm inside aten::linear, is part of its caller's launch).
-    The steps alternate inside one profile, so machine load hits them alike."""
-    def is_op(e: Any) -> bool:
-        return e.name.startswith(("aten::", "kernelgen"))
-
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        for _ in range(reps):
-            for label, step in steps.items():
-                with torch.profiler.record_function(f"bench::{label}"):
-                    step()
-    counts = {label: {"kernelgen": 0.0, "aten": 0.0, "aten_s": 0.0} for label in steps}
-    for e in prof.events():
-        parent = e.cpu_parent
-        while parent is not None and not is_op(parent) and not parent.name.startswith("bench::"):
-            parent = parent.cpu_parent
-        if parent is None or not parent.name.startswith("bench::") or not is_op(e):
-            continue  # not a step's outermost op (backward ops run on the autograd thread: see below)
-        c = counts[parent.name.removeprefix("bench::")]
-        if e.name.startswith("kernelgen"):
-            c["kernelgen"] += 1
-            continue
-        c["aten_s"] += e.cpu_time_total * 1e-6
-        c["aten"] += not _is_view(e.name)
-    return {label: {k: v / reps for k, v in c.items()} for label, c in counts.items()}
-
-
-# --- the bench -----------------------------------------------------------------------------------------
-
-def _step(module: torch.nn.Module, inputs: tuple, mode: str) -> Callable[[], Any]:
-    """One call of ``module`` in ``mode``: returns (output, grads) for the correctness check."""
-    params = [p for p in module.parameters() if p.requires_grad]
-
-    def fwd() -> Any:
-        with torch.no_grad():
-            return module(*inputs), []
-
-    def train() -> Any:
-        for p in params:
-            p.grad = None  # every step does the same work: no accumulation into old grads
-        out = module(*inputs)
-        training_loss(out).backward()
-        return out, [p.grad for p in params]
-
-    return fwd if mode == "fwd" else train
-
-
-def _max_err(got: Any, want: Any) -> tuple[float, bool]:
-    """Max abs error over outputs and grads, and whether every tensor is within the tolerance."""
-    (out, grads), (ref, ref_grads) = got, want
-    pairs = [(out, ref), *zip(grads, ref_grads)]
-    err, ok = 0.0, len(grads) == len(ref_grads)
-    for a, b in pairs:
-        if a is None or b is None:
-            ok = ok and a is None and b is None
-            continue
-        diff = (a.detach().double() - b.detach().double()).abs()
-        err = max(err, diff.max().item() if diff.numel() else 0.0)
-        ok = ok and a.shape == b.shape and a.dtype == b.dtype and torch.allclose(a, b, rtol=RTOL, atol=ATOL,
-                                                                                   equal_nan=True)
-    return err, ok
-
-
-def _compile(module: torch.nn.Module, backend: str) -> torch.nn.Module:
+def _compile(model: torch.nn.Module, variant: str, urls: dict[str, str]) -> torch.nn.Module:
     # A copy per compiler, so one compiler's grads never land in another's parameters.
-    return torch.compile(copy.deepcopy(module), backend=backend)
+    model = copy.deepcopy(model)
+    if variant == "inductor":
+        return torch.compile(model)
+    if variant == "max-autotune":
+        return torch.compile(model, mode="max-autotune")
+    return torch.compile(model, backend="kernelgen", options={"db": urls[variant]})
 
 
-def bench_model(name: str, size: str, mode: str, rounds: int, kernelgen: bool) -> dict[str, Any]:
-    module, inputs = make(name, size)
-    row: dict[str, Any] = {"model": name, "mode": mode, "times": {}, "compile_s": {}, "error": {}, "ok": {},
-                           "failed": {}}
-    eager_step = _step(module, inputs, mode)
-    reference = eager_step()
-    steps: dict[str, Callable[[], Any]] = {"eager": eager_step}
-    kg_graphs: list = []
-    for variant in VARIANTS[1:]:
-        if variant == "kernelgen" and not kernelgen:
-            continue
-        backend = "inductor" if variant == "inductor" else "kernelgen"
+@contextlib.contextmanager
+def hog(enabled: bool) -> Iterator[None]:
+    """Two busy processes (one per core of this project's machine, or one per CPU) while the block runs."""
+    if not enabled:
+        yield
+        return
+    procs = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(os.cpu_count() or 2)]
+    for p in procs:
+        p.start()
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.terminate()
+            p.join()
+
+
+def _spin() -> None:
+    x = 0
+    while True:
+        x += 1
+
+
+def bench_model(name: str, mode: str, args: argparse.Namespace, urls: dict[str, str]) -> dict[str, Any]:
+    factory = MODELS[name]
+    row: dict[str, Any] = {"model": name, "mode": mode, "load_before": os.getloadavg()[0], "times": {},
+                           "compile_s": {}, "error": {}, "failed": {}}
+    if args.tune_seconds > 0:
+        row["tuning"] = tune_in_subprocess(factory, mode, urls["kg-tuned"], args.tune_seconds)
+        print(f"  {name} {mode}: tuned in {row['tuning']['seconds']:.0f} s "
+              f"({row['tuning'].get('regions_done', '-')}/{row['tuning'].get('regions_total', '-')} regions"
+              f"{'' if row['tuning'].get('ok') else ', ' + str(row['tuning'].get('error'))})", file=sys.stderr,
+              flush=True)
+    model, fargs, fkwargs = load_model(factory)
+    prepare(model, mode)
+    steps: dict[str, Callable[[], Any]] = {"eager": step(model, fargs, fkwargs, mode)}
+    reference = _first_tensor(steps["eager"]()).detach()
+    variants = [v for v in VARIANTS[1:] if not (v == "max-autotune" and args.no_max_autotune)]
+    for variant in variants:
         try:
-            step = _step(_compile(module, backend), inputs, mode)
-            with recording() if variant == "kernelgen" else contextlib.nullcontext([]) as graphs:
+            run = step(_compile(model, variant, urls), fargs, fkwargs, mode)
+            with dynamo_backend.collect() as graphs:
                 t0 = time.perf_counter()
-                got = step()  # the first call compiles (and, for kernelgen, checks its kernels once)
+                got = _first_tensor(run()).detach()
                 row["compile_s"][variant] = time.perf_counter() - t0
-            if variant == "kernelgen":
-                kg_graphs = graphs
-            row["error"][variant], row["ok"][variant] = _max_err(got, reference)
-            steps[variant] = step
+            row["error"][variant] = (got.double() - reference.double()).abs().max().item()
+            if variant == "kg-tuned":
+                chosen = dispatched(graphs)
+                row["tuned_runs"] = dict(Counter(c["implementation"] for c in chosen))
+                row["tuned_sources"] = dict(Counter(c["source"] for c in chosen))
+            steps[variant] = run
         except Exception as exc:  # a compiler that cannot take the model is a row entry, not the end of the run
             row["failed"][variant] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
-    if "kernelgen" in steps:
-        row["coverage"] = {**measure(steps["kernelgen"], eager_step), **graph_summary(kg_graphs)}
-    for step in steps.values():  # warm: allocator, caches, lazily built kernels
-        step()
+    for run in steps.values():  # warm: allocator, caches, lazily built kernels
+        run()
     samples: dict[str, list[float]] = {v: [] for v in steps}
-    for _ in range(rounds):
-        for variant, step in steps.items():
-            t0 = time.perf_counter()
-            step()
-            samples[variant].append(time.perf_counter() - t0)
+    with hog(args.hog):
+        row["load_during"] = os.getloadavg()[0]
+        for _ in range(args.rounds):
+            for variant, run in steps.items():
+                t0 = time.perf_counter()
+                run()
+                samples[variant].append(time.perf_counter() - t0)
     row["times"] = {v: statistics.median(s) for v, s in samples.items()}
+    row["load_after"] = os.getloadavg()[0]
     torch._dynamo.reset()  # the next model starts from empty Dynamo caches (and recompile limits)
     return row
 
 
 def _ms(t: float | None) -> str:
-    return f"{t * 1e3:9.2f}" if t is not None else f"{'-':>9}"
+    return f"{t * 1e3:8.2f}" if t is not None else f"{'-':>8}"
+
+
+def _ratio(num: float | None, den: float | None) -> str:
+    return f"{num / den:6.2f}x" if num and den else f"{'-':>7}"
 
 
 def _secs(t: float | None) -> str:
-    return f"{t:.1f}s" if t is not None else "-"
+    return f"{t:6.0f}s" if t is not None else f"{'-':>7}"
 
 
-def _ratio(a: float | None, b: float | None) -> str:
-    return f"{a / b:6.2f}x" if a and b else f"{'-':>7}"
-
-
-def _geomean(values: list[float]) -> float | None:
+def geomean(values: list[float]) -> float | None:
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
-def print_table(rows: list[dict[str, Any]], size: str, tuned_note: str) -> None:
-    head = (f"{'model':7} {'mode':8} {'eager ms':>9} {'ind. ms':>9} {'kg ms':>9} {'kg×eag':>7} {'kg×ind':>7}"
-            f" {'ind×eag':>7} {'compile ind':>11} {'compile kg':>10} {'err ind':>8} {'err kg':>8} {'ok':>3}"
-            f" {'ops in kg':>9} {'time in kg':>10} {'launch/eager':>12}")
+def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; torch {torch.__version__}, threads={torch.get_num_threads()};"
+          f" {args.rounds} interleaved rounds, medians{'; TWO BUSY PROCESSES LOAD EVERY CORE' if args.hog else ''}")
+    head = (f"{'model':12} {'mode':5} {'eager':>8} {'ind':>8} {'ind-ma':>8} {'kg-u':>8} {'kg-t':>8} "
+            f"{'kgt/eag':>7} {'kgt/ind':>7} {'kgt/ma':>7} {'kgu/eag':>7} {'ind/eag':>7} "
+            f"{'c.ind':>7} {'c.ma':>7} {'c.kg':>7} {'tune':>7} {'err kg-t':>9} {'load b/d/a':>14}")
     print(head)
     print("-" * len(head))
     for r in rows:
-        t, c, e = r["times"], r["compile_s"], r["error"]
-        eag, ind, kg = t.get("eager"), t.get("inductor"), t.get("kernelgen")
-        cov = r.get("coverage") or {}
-        ok = {True: "yes", False: "NO"}.get(r["ok"].get("kernelgen"), "-")
-        ops = f"{100 * cov['op_share']:8.0f}%" if cov.get("op_share") is not None else f"{'-':>9}"
-        tshare = f"{100 * cov['time_share']:9.0f}%" if cov.get("time_share") is not None else f"{'-':>10}"
-        launches = (f"{cov['launches']:>6.0f}/{cov['eager_launches']:<5.0f}" if cov.get("launches") is not None
-                    else f"{'-':>12}")
-        # speedups are "times faster": eager time / kernelgen time, Inductor time / kernelgen time
-        print(f"{r['model']:7} {r['mode']:8} {_ms(eag)} {_ms(ind)} {_ms(kg)} {_ratio(eag, kg)} {_ratio(ind, kg)}"
-              f" {_ratio(eag, ind)} {_secs(c.get('inductor')):>11} {_secs(c.get('kernelgen')):>10}"
-              f" {e.get('inductor', float('nan')):8.1e} {e.get('kernelgen', float('nan')):8.1e} {ok:>3}"
-              f" {ops} {tshare} {launches:>12}")
-        if r["ok"].get("inductor") is False:
-            print(f"{'':16} Inductor outside tolerance (max err {e['inductor']:.2e})")
+        t, c = r["times"], r["compile_s"]
+        e, i, m, u, k = (t.get(v) for v in VARIANTS)
+        tune_s = (r.get("tuning") or {}).get("seconds")
+        load = f"{r['load_before']:.1f}/{r.get('load_during', 0):.1f}/{r['load_after']:.1f}"
+        print(f"{r['model']:12} {r['mode']:5} {_ms(e)} {_ms(i)} {_ms(m)} {_ms(u)} {_ms(k)} "
+              f"{_ratio(e, k)} {_ratio(i, k)} {_ratio(m, k)} {_ratio(e, u)} {_ratio(e, i)} "
+              f"{_secs(c.get('inductor'))} {_secs(c.get('max-autotune'))} {_secs(c.get('kg-untuned'))} "
+              f"{_secs(tune_s)} {r['error'].get('kg-tuned', float('nan')):9.1e} {load:>14}")
+        if r.get("tuned_runs"):
+            print(f"{'':18} tuned regions run: {r['tuned_runs']} (records: {r.get('tuned_sources')})")
         for variant, why in r["failed"].items():
-            print(f"{'':16} {variant} failed: {why}")
-        if cov.get("eager_runs"):
-            print(f"{'':16} {cov['eager_runs']} of {cov['eager_runs'] + cov['kernel_runs']} region runs replayed "
-                  f"ATen (kernel unavailable or failed its check)")
+            print(f"{'':18} {variant} failed: {why}")
     print("-" * len(head))
     for mode in MODES:
         sel = [r for r in rows if r["mode"] == mode]
         parts = []
-        for label, num, den in (("kg vs eager", "eager", "kernelgen"), ("kg vs Inductor", "inductor", "kernelgen"),
-                                ("Inductor vs eager", "eager", "inductor")):
-            g = _geomean([r["times"][num] / r["times"][den] for r in sel
-                          if r["times"].get(num) and r["times"].get(den)])
+        for label, num, den in (("tuned vs eager", "eager", "kg-tuned"), ("tuned vs Inductor", "inductor", "kg-tuned"),
+                                ("tuned vs max-autotune", "max-autotune", "kg-tuned"),
+                                ("untuned vs eager", "eager", "kg-untuned"), ("Inductor vs eager", "eager", "inductor")):
+            g = geomean([r["times"][num] / r["times"][den] for r in sel if r["times"].get(num) and r["times"].get(den)])
             parts.append(f"{label} {g:.2f}x" if g else f"{label} -")
-        print(f"geomean {mode:8}: " + ", ".join(parts))
-    left: dict[str, list[str]] = {}
-    for r in rows:
-        for reason, n in (r.get("coverage") or {}).get("left", {}).items():
-            left.setdefault(reason, []).append(f"{r['model']} {r['mode']} {n}")
-    if left:
-        print("ATen ops left outside kernelgen regions, by reason (model, mode, ops):")
-        for reason, where in sorted(left.items(), key=lambda kv: -sum(int(w.rsplit(" ", 1)[1]) for w in kv[1])):
-            print(f"  {reason}: {', '.join(where)}")
-    print(f"size={size}; times are medians of interleaved rounds (eager, Inductor, kernelgen per round); "
-          f"kg×eag = eager's time / kernelgen's (>1: kernelgen faster), kg×ind and ind×eag alike; compile = first call (kernelgen's includes its one-off "
-          f"isolated kernel checks); err = max abs error of outputs and grads vs eager, ok = kernelgen within "
-          f"rtol=atol={RTOL:g}; ops in kg = share of the ATen graph's ops inside kernelgen regions (backend stats); "
-          f"time in kg = eager's op time minus the time of the ATen ops kernelgen leaves outside its regions, over "
-          f"eager's op time (profiler); launch/eager = kernelgen regions + ATen ops (views excluded) kernelgen "
-          f"launches per call vs the ATen ops eager launches. {tuned_note}")
+        if sel:
+            print(f"geomean {mode:5}: " + ", ".join(parts))
+    print("columns: ms per step (medians); kgt/eag = eager's time / kernelgen tuned's (>1: kernelgen faster), the "
+          "other ratios alike; c.* = first call (compile) seconds, c.kg = kernelgen untuned's (its kernels' one-off "
+          "checks included); tune = `kernelgen tune --model` wall time in its own earlier process; err = max abs "
+          "error of the first output vs eager; load = 1-min load average before / during rounds / after.")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(names()), help=f"comma-separated, from {', '.join(names())}")
-    parser.add_argument("--size", choices=("test", "bench"), default="bench")
+    parser.add_argument("--models", default=DEFAULT_MODELS, help=f"comma-separated, from {', '.join(MODELS)}")
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated, from infer, train")
     parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated, from fwd, fwd+bwd")
-    parser.add_argument("--tuned", action="store_true",
-                        help="tune each model step's kernelgen regions first (records go to KERNELGEN_DB)")
-    parser.add_argument("--tune-seconds", type=float, default=3.0,
-                        help="with --tuned: tuning budget per region (already tuned ones are skipped)")
+    parser.add_argument("--tune-seconds", type=float, default=60.0,
+                        help="kernelgen tune --model budget per model and mode (0: no tuning; use --db's records)")
+    parser.add_argument("--db", default=None, help="tuning database of the tuned column (default: a fresh file)")
+    parser.add_argument("--no-max-autotune", action="store_true", help="skip Inductor's max-autotune column")
+    parser.add_argument("--hog", action="store_true", help="time while busy processes load every core")
     parser.add_argument("--json", action="store_true", help="also print the rows as JSON")
-    parser.add_argument("--warm-caches", action="store_true",
-                        help="keep Inductor's and kernelgen's on-disk caches (default: both start empty, so the "
-                             "compile columns are cold compiles)")
     args = parser.parse_args()
-    with contextlib.ExitStack() as stack:
-        if not args.warm_caches:
-            # Read when each compiler first compiles, i.e. after this point.
-            cold = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-models-")))
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cold / "inductor")
-            os.environ["KERNELGEN_CACHE_DIR"] = str(cold / "kernelgen")
-        run(args)
-
-
-def run(args: argparse.Namespace) -> None:
-    kernelgen = unavailable_reason() is None
-    tuned_note = ("kernelgen: untuned defaults, unless KERNELGEN_DB already holds tuned records for its regions."
-                  if not args.tuned else
-                  f"kernelgen: tuned (options={{'tune': 'auto', 'seconds': {args.tune_seconds:g}}} on a first "
-                  f"compile: each region up to {args.tune_seconds:g} s of kernelgen's tuner, records in KERNELGEN_DB, "
-                  f"a region tuned before is not tuned again; the compile column is then warm: tuning built the "
-                  f"kernels).")
-    print(f"caches: {'warm (kept)' if args.warm_caches else 'cold (fresh, empty)'}; "
-          f"torch {torch.__version__}, threads={torch.get_num_threads()}, cores={os.cpu_count()}, "
-          f"load average before={os.getloadavg()[0]:.2f}")
-    if not kernelgen:
-        print(f"kernelgen's torch.compile backend is not available: {unavailable_reason()}; "
-              f"its columns stay empty")
-    rows = []
-    for name in args.models.split(","):
-        for mode in args.modes.split(","):
-            if args.tuned and kernelgen:
-                print(f"  {name} {mode}: {tune(name, args.size, mode, args.tune_seconds)}", file=sys.stderr,
-                      flush=True)
-            rows.append(bench_model(name, args.size, mode, args.rounds, kernelgen))
-            print(f"  {name} {mode}: done", file=sys.stderr, flush=True)
-    print(f"load average after={os.getloadavg()[0]:.2f}")
-    print_table(rows, args.size, tuned_note)
+    unknown = sorted(set(args.models.split(",")) - set(MODELS))
+    if unknown:
+        parser.error(f"unknown models {unknown}; choose from {', '.join(MODELS)}")
+    dynamo_backend.register()
+    with tempfile.TemporaryDirectory(prefix="bench-models-") as tmp:
+        urls = {"kg-untuned": f"sqlite:///{tmp}/empty.sqlite", "kg-tuned": args.db or f"sqlite:///{tmp}/tuned.sqlite"}
+        rows = []
+        for name in args.models.split(","):
+            for mode in args.modes.split(","):
+                rows.append(bench_model(name, mode, args, urls))
+                print(f"  {name} {mode}: done", file=sys.stderr, flush=True)
+    print_table(rows, args)
     if args.json:
         print(json.dumps(rows, default=str))
 

@@ -231,3 +231,21 @@ def make(name: str, size: str = "test", seed: int = SEED) -> tuple[nn.Module, tu
 def training_loss(out: Any) -> torch.Tensor:
     """The scalar a forward+backward step differentiates: the float32 sum of the output."""
     return out.float().sum()
+
+
+# --- ``kernelgen tune --model examples.models:gpt2_block`` factories (bench size) ---------------------------
+
+def gpt2_block() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    return make("gpt2", "bench")
+
+
+def llama_block() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    return make("llama", "bench")
+
+
+def bert_block() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    return make("bert", "bench")
+
+
+def cnn_block() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    return make("cnn", "bench")
