@@ -121,6 +121,24 @@ class Target:
         return tuple(sorted(_GPU_TARGETS))
 
 
+ISA_LADDERS = (("amx", "avx512f", "avx2", "avx", "base"), ("sve", "asimd", "neon", "base"))
+"""CPU ISA levels from newest to oldest, per architecture line (``Target.family`` ends in one of them)."""
+
+
+def similar_families(family: str) -> tuple[str, ...]:
+    """``family`` first, then the families whose records are the best stand-in for it: the same backend, kind
+    and architecture at the other ISA levels of its ladder, nearest level first (at equal distance the older
+    level, whose instructions this CPU also has). An ``amx`` CPU is an ``avx512f`` CPU with tile units that
+    kernelgen's float32 kernels do not use: its nearest stand-in is ``avx512f``. GPU families have no ladder."""
+    backend_kind_arch, _, level = family.rpartition(":")
+    ladder = next((lad for lad in ISA_LADDERS if level in lad), None)
+    if ladder is None or not backend_kind_arch:
+        return (family,)
+    here = ladder.index(level)
+    others = sorted((i for i in range(len(ladder)) if i != here), key=lambda i: (abs(i - here), -i))
+    return (family, *(f"{backend_kind_arch}:{ladder[i]}" for i in others))
+
+
 def _isa_level(features: tuple[str, ...]) -> str:
     for level in ("amx_tile", "avx512f", "avx2", "avx", "sve", "asimd", "neon"):
         if level in features:

@@ -12,6 +12,7 @@ from typing import Any
 
 REASONS = {"db": "the best record in the tuning database", "tuned": "tuned on first call (tune='auto')",
             "bucket": "the best record of this size's bucket (or a neighbouring bucket) in the tuning database",
+            "similar": "the best record of a similar device in the tuning database (kernelgen.ir.target.similar_families)",
             "default": "the implementation's default config (no usable tuning record)"}
 
 

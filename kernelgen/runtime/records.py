@@ -13,6 +13,8 @@ import threading
 from typing import Any
 
 from kernelgen.errors import KernelgenError
+from kernelgen.ir.target import similar_families
+from kernelgen.ir.values import Evidence
 from kernelgen.runtime.seams import installed_tuner
 
 log = logging.getLogger("kernelgen.runtime")
@@ -20,17 +22,51 @@ _DBS: dict[tuple, Any] = {}  # open databases by (url, team url): opening one co
 _DB_LOCK = threading.Lock()
 
 
+GEMM_PAIR = ("aten_gemm", "gemm")  # ATen's matmul + epilogue vs the generated GEMM: the pair families rank
+_FAVOURITES: dict[tuple[int, str], str | None] = {}
+
+
+def gemm_favourite(db: Any, target: Any) -> str | None:
+    """Which of ``GEMM_PAIR`` won more declared verdicts on this target's family (else the nearest similar family
+    with any); None when no verdict chose between them. Counted once per process and database."""
+    key = (id(db), target.family)
+    with _DB_LOCK:
+        if key in _FAVOURITES:
+            return _FAVOURITES[key]
+    found = None
+    try:
+        for family in similar_families(target.family):
+            wins = {name: 0 for name in GEMM_PAIR}
+            for record in db.records(target=family):
+                if record.evidence is Evidence.DECLARED and record.implementation in wins:
+                    wins[record.implementation] += 1
+            if any(wins.values()):
+                found = max(GEMM_PAIR, key=lambda name: (wins[name], name == GEMM_PAIR[1]))
+                log.info("untuned GEMMs on %s run %s first: it won %d of %d recorded verdicts on %s", target.family,
+                         found, wins[found], sum(wins.values()), family)
+                break
+    except KernelgenError:
+        found = None
+    with _DB_LOCK:
+        _FAVOURITES[key] = found
+    return found
+
+
 class RecordChoice:
     """Choose a graph's (implementation, config) from the tuning database, tuning it first when asked."""
 
     def _choose(self, graph: Any, impls: list, backend: str, target: Any) -> tuple[Any, Any, str]:
-        """The best recorded (implementation, config), tuning first when asked; else the first default."""
+        """The best recorded (implementation, config), tuning first when asked; else a similar device's record
+        of the same workload (``kernelgen.ir.target.similar_families``); else the first default, the GEMMs
+        ordered by which of them won this family's recorded verdicts."""
         record = self._lookup(graph, impls, target)
+        source = "db"
         if record is None and self.tune:
             record = self._tune(graph, backend)
             source = "tuned"
-        else:
-            source = "db"
+        elif record is None:
+            record = self._similar(graph, impls, target)
+            source = "similar"
         if record is not None:
             for impl in impls:
                 if impl.name == record.implementation and impl.space(target).is_valid(record.config):
@@ -40,7 +76,54 @@ class RecordChoice:
         else:
             log.debug("%s: no tuning record for workload %s on %s", self.__name__, graph.workload_key[:12],
                       target.fingerprint[:12])
-        return impls[0], impls[0].default_config(target), "default"
+        first = self._ranked(impls, target)[0]
+        return first, first.default_config(target), "default"
+
+    def _similar(self, graph: Any, impls: list, target: Any) -> Any:
+        """The record a similar device holds for this workload: a declared verdict first, else its fastest ok
+        record, from the nearest family that has one (this CPU's own family on other machines first)."""
+        db = self._quiet_db()
+        if db is None:
+            return None
+        names = {impl.name for impl in impls}
+        try:
+            for family in similar_families(target.family):
+                found = [r for r in db.records(target=family, workload=graph.workload_key, workload_is_name=False)
+                         if r.workload_key == graph.workload_key and r.implementation in names and r.measurement.ok
+                         and r.target_fingerprint != target.fingerprint and r.measurement.time is not None]
+                if found:
+                    best = min(found, key=lambda r: (r.evidence is not Evidence.DECLARED, r.measurement.time.median))
+                    log.info("%s: no tuning record here; using %s %s, the best record of a similar device (%s)",
+                             self.__name__, best.implementation, dict(best.config), family)
+                    return best
+        except KernelgenError as exc:
+            self._log_once(f"tuning database lookup failed ({exc}); using default configs")
+        return None
+
+    def _ranked(self, impls: list, target: Any) -> list:
+        """``impls`` with the ATen-GEMM / generated-GEMM pair in the order this family's verdicts favour: the
+        constant of ``vendor_gemm_first`` was measured on one CPU; the records of this family (or the nearest
+        similar one) say which wins on these CPUs. Unchanged without such verdicts."""
+        pair = [i for i, impl in enumerate(impls) if impl.name in GEMM_PAIR]
+        if len(pair) != 2:
+            return impls
+        db = self._quiet_db()
+        favourite = None if db is None else gemm_favourite(db, target)
+        if favourite is None or impls[pair[0]].name == favourite:
+            return impls
+        ranked = list(impls)
+        ranked[pair[0]], ranked[pair[1]] = impls[pair[1]], impls[pair[0]]
+        return ranked
+
+    def _quiet_db(self) -> Any:
+        try:
+            return self._open_db()
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith("kernelgen.db"):
+                return None
+            raise
+        except KernelgenError:
+            return None
 
     def _open_db(self) -> Any:
         """The database object the caller passed, or one opened once per process per URL pair."""
@@ -93,4 +176,4 @@ class RecordChoice:
             return None
 
 
-__all__ = ["RecordChoice"]
+__all__ = ["GEMM_PAIR", "RecordChoice", "gemm_favourite"]

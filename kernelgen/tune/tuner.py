@@ -34,7 +34,7 @@ from kernelgen.db.verdict import NO_VERDICT, is_refused, note_of, rounds_tag
 from kernelgen.errors import NoTemplateError
 from kernelgen.ir.graph import Graph
 from kernelgen.ir.implementation import Implementation
-from kernelgen.ir.target import Target
+from kernelgen.ir.target import Target, similar_families
 from kernelgen.ir.values import (Config, Evidence, FrozenMap, Measurement, Provenance, TimeStats, TuningRecord,
                                  content_hash)
 from kernelgen.runtime.implementations import candidates_for
@@ -413,11 +413,14 @@ def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Ta
         if not is_confirmation(r) and not r.measurement.retryable:  # the machine's failure: measure it again
             known.setdefault(r.config, r)
     warm = [*known, impl.default_config(target)]
-    for near in db.nearest(workload_key=graph.workload_key, workload_family=graph.family_key,
-                           target_fingerprint=target.fingerprint, target_family=target.family,
-                           signature=graph.signature, implementation=impl.name, limit=NEAREST_LIMIT):
-        if near.config not in warm and space.is_valid(near.config):
-            warm.append(near.config)
+    # Warm start: this family's records first, then those of similar devices (similar_families: the same
+    # architecture at the nearest ISA levels), each ranked by the database's nearest().
+    for family in similar_families(target.family):
+        for near in db.nearest(workload_key=graph.workload_key, workload_family=graph.family_key,
+                               target_fingerprint=target.fingerprint, target_family=family,
+                               signature=graph.signature, implementation=impl.name, limit=NEAREST_LIMIT):
+            if near.config not in warm and space.is_valid(near.config):
+                warm.append(near.config)
     mine = set(known)  # configs this process measured or is committing: the rest of the key's trials are others'
 
     def commit(measurement: Measurement) -> TuningRecord:
