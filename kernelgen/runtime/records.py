@@ -15,6 +15,7 @@ from typing import Any
 from kernelgen.errors import KernelgenError
 from kernelgen.ir.target import similar_families
 from kernelgen.ir.values import Evidence
+from kernelgen.runtime.aten import NAME as ATEN
 from kernelgen.runtime.seams import installed_tuner
 
 log = logging.getLogger("kernelgen.runtime")
@@ -50,6 +51,16 @@ def gemm_favourite(db: Any, target: Any) -> str | None:
     with _DB_LOCK:
         _FAVOURITES[key] = found
     return found
+
+
+def usable_best(db: Any, workload_key: str, fingerprint: str, impls: list) -> Any:
+    """``TuningDB.best`` over ``impls``, except a record of the ATen candidate that is not the declared verdict:
+    ATen's hash follows only torch, the kernels' follow kernelgen's code, so after an upgrade the old rounds'
+    ATen record can outlive the kernel that beat it; ATen runs by record only where it won."""
+    record = db.best(workload_key, fingerprint, implementations={impl.name: impl.source_hash() for impl in impls})
+    if record is not None and record.implementation == ATEN and record.evidence is not Evidence.DECLARED:
+        return None
+    return record
 
 
 class RecordChoice:
@@ -148,8 +159,7 @@ class RecordChoice:
             self._log_once(f"tuning database unavailable ({exc}); using default configs")
             return None
         try:
-            return db.best(graph.workload_key, target.fingerprint,
-                           implementations={impl.name: impl.source_hash() for impl in impls})
+            return usable_best(db, graph.workload_key, target.fingerprint, impls)
         except KernelgenError as exc:
             self._log_once(f"tuning database lookup failed ({exc}); using default configs")
             return None
@@ -176,4 +186,4 @@ class RecordChoice:
             return None
 
 
-__all__ = ["GEMM_PAIR", "RecordChoice", "gemm_favourite"]
+__all__ = ["GEMM_PAIR", "RecordChoice", "gemm_favourite", "usable_best"]

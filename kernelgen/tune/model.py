@@ -39,6 +39,7 @@ from kernelgen.errors import KernelgenError, ManifestError
 from kernelgen.frontend import dynamo_backend, region_op
 from kernelgen.runtime.aten import NAME as ATEN
 from kernelgen.runtime.implementations import candidates_for
+from kernelgen.runtime.records import usable_best
 from kernelgen.tune.manifest import import_function, importable_from_cwd
 
 log = logging.getLogger("kernelgen.tune")
@@ -254,10 +255,11 @@ def prepare(model: Any, mode: str) -> Any:
 
 # --- capture and profile ------------------------------------------------------------------------------
 
-def capture(spec: ModelSpec, db: Any = None) -> tuple[list[ModelRegion], float, list[Any]]:
+def capture(spec: ModelSpec, db: Any = None, timed: list | None = None) -> tuple[list[ModelRegion], float, list[Any]]:
     """The model's distinct regions, largest share of eager's step time first; eager's step time; the graphs'
     coverage statistics. Runs eager once (inputs that do not fit the model fail here, in one line), then the
-    model through the kernelgen backend twice: once to compile, once profiled."""
+    model through the kernelgen backend twice: once to compile, once profiled. With ``timed`` (a list), the
+    kernelgen step's time (with ``db``'s records) is appended to it, measured as eager's."""
     import copy
 
     import torch
@@ -309,6 +311,8 @@ def capture(spec: ModelSpec, db: Any = None) -> tuple[list[ModelRegion], float, 
     regions = sorted(found.values(), key=lambda r: (-r.aten_s, r.key))
     for r in regions:
         r.share = r.aten_s / step_s if step_s > 0 else 0.0
+    if timed is not None:
+        timed.append(_min_time(run))
     return regions, step_s, graphs
 
 
@@ -386,8 +390,7 @@ def tune_model(spec: ModelSpec, *, db: Any, seconds: float | None = None, trials
 
 
 def _tuned(db: Any, region: ModelRegion, backend: str, fingerprint: str) -> bool:
-    impls = candidates_for(region.graph, backend)
-    return db.best(region.key, fingerprint, implementations={i.name: i.source_hash() for i in impls}) is not None
+    return usable_best(db, region.key, fingerprint, candidates_for(region.graph, backend)) is not None
 
 
 def _tune_region(tune: Callable[..., Any], region: ModelRegion, spec: ModelSpec, db: Any, impls: list,
