@@ -151,6 +151,8 @@ def bench_model(name: str, mode: str, args: argparse.Namespace, urls: dict[str, 
                 chosen = dispatched(graphs)
                 row["tuned_runs"] = dict(Counter(c["implementation"] for c in chosen))
                 row["tuned_sources"] = dict(Counter(c["source"] for c in chosen))
+                # the ATen ops the partitioner left outside every region, by reason (views not counted)
+                row["left"] = dict(Counter(reason.split(";")[0][:90] for g in graphs for reason in g.left.values()))
             steps[variant] = run
         except Exception as exc:  # a compiler that cannot take the model is a row entry, not the end of the run
             row["failed"][variant] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
@@ -205,6 +207,8 @@ def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
               f"{_secs(tune_s)} {r['error'].get('kg-tuned', float('nan')):9.1e} {load:>14}")
         if r.get("tuned_runs"):
             print(f"{'':18} tuned regions run: {r['tuned_runs']} (records: {r.get('tuned_sources')})")
+        for reason, n in sorted((r.get("left") or {}).items(), key=lambda kv: -kv[1]):
+            print(f"{'':18} {n} ATen op(s) outside regions: {reason}")
         for variant, why in r["failed"].items():
             print(f"{'':18} {variant} failed: {why}")
     print("-" * len(head))

@@ -157,6 +157,15 @@ def pointer_args_entry(entry: str, count: int, dynamic: bool = False) -> str:
             f"  void* const ptrs[] = {{{names}}};\n  {entry}(ptrs, num_threads{pass_on});\n}}\n")
 
 
+THREAD_CAP = [1 << 30]  # the most OpenMP threads any launch uses (a list: read on every launch, set rarely)
+
+
+def set_thread_cap(threads: int | None) -> None:
+    """Cap every kernel's launch at ``threads`` OpenMP threads (None: no cap). ``kernelgen.runtime.threads`` lowers
+    it while other processes keep CPUs busy: a thread that shares a CPU with them makes every barrier wait."""
+    THREAD_CAP[0] = (1 << 30) if threads is None else max(1, int(threads))
+
+
 class CppKernel(Kernel):
     """A loaded shared library entry point plus the tensor specs it was specialised for."""
 
@@ -203,14 +212,16 @@ class CppKernel(Kernel):
                                          f"{spec.dtype}{list(spec.shape)} strides {list(spec.effective_strides())}")
 
     def launch(self, *tensors: Any) -> None:
-        """Launch without checks (the dispatcher checks once per signature)."""
+        """Launch without checks (the dispatcher checks once per signature), with at most ``THREAD_CAP[0]``
+        threads (``set_thread_cap``: fewer while other processes hold CPUs)."""
         extra = () if self.dynamic is None else (tensors[self.dynamic].shape[0],)
+        threads = min(self.num_threads, THREAD_CAP[0])
         if self._args_fn is not None:
-            self._args_fn(*[t.data_ptr() for t in tensors], self.num_threads, *extra)
+            self._args_fn(*[t.data_ptr() for t in tensors], threads, *extra)
             return
         ptrs = self._ptr_array(*[t.data_ptr() for t in tensors]) if self.specs else \
             (ctypes.c_void_p * len(tensors))(*[t.data_ptr() for t in tensors])
-        self._fn(ptrs, self.num_threads, *extra)
+        self._fn(ptrs, threads, *extra)
 
     def __call__(self, *tensors: Any) -> None:
         self.check(tensors)

@@ -29,6 +29,7 @@ from kernelgen.frontend.fx_nodes import is_view
 from kernelgen.frontend.partition import folded, partition
 from kernelgen.frontend.region_op import install
 from kernelgen.frontend.sink_views import sink_views
+from kernelgen.runtime import threads
 
 log = logging.getLogger("kernelgen")
 NAME = "kernelgen"
@@ -135,6 +136,7 @@ def kernelgen_backend(gm: Any, example_inputs: list, options: dict | None = None
     from torch._dynamo.backends.common import aot_autograd
 
     options = dict(options or {})
+    threads.start()  # kernels follow the machine's load from now on (kernelgen.runtime.threads)
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown or mode not in (None, "default"):
         raise KernelgenError(f"kernelgen backend options {unknown} / mode={mode!r} are not understood; "

@@ -37,6 +37,7 @@ from kernelgen.backends import backend_names, get_backend
 from kernelgen.check.verdicts import check
 from kernelgen.errors import KernelgenError, ManifestError
 from kernelgen.frontend import dynamo_backend, region_op
+from kernelgen.ir.values import Evidence
 from kernelgen.runtime.aten import NAME as ATEN
 from kernelgen.runtime.implementations import candidates_for
 from kernelgen.runtime.records import usable_best
@@ -348,11 +349,15 @@ def tune_model(spec: ModelSpec, *, db: Any, seconds: float | None = None, trials
                workers: int = 1, timeout: float = 60.0,
                retune: bool = False, on_region: Callable[[RegionOutcome, ModelResult], None] | None = None,
                tune: Callable[..., Any] | None = None) -> ModelResult:
-    """Capture ``spec``'s model, then tune its regions, largest share first, within ``seconds`` in total (each
-    region gets the remaining time in proportion to its share, at least ``MIN_REGION_SECONDS``; regions past
-    the budget stay untuned; ``trials`` caps each candidate's search instead of, or beside, the time). ``on_region`` is told each region's outcome as it lands. ``tune`` replaces
-    ``kernelgen.tune.tuner.tune_graph`` (tests). A region whose candidates all fail is an outcome with its
-    error; the other regions' records are kept."""
+    """Capture ``spec``'s model, then tune its regions, largest share first, within ``seconds`` in total.
+
+    Two passes, unless ``trials`` is given: first every region's candidates at their default configs, side by
+    side with its ATen ops (a few measurements each: a model is never left slower than its ATen ops for want of
+    time); then the searches, in the same order, each region getting the time left in proportion to its share
+    (at least ``MIN_REGION_SECONDS``). Regions the budget does not reach stay as they are. With ``trials``, one
+    pass searches each candidate that many configs. ``on_region`` is told each region's outcome as it lands;
+    ``tune`` replaces ``kernelgen.tune.tuner.tune_graph`` (tests). A region whose candidates all fail is an
+    outcome with its error; the other regions' records are kept."""
     from kernelgen.tune import tuner  # deferred: Optuna (~1 s), which only tuning needs
 
     tune = tune or tuner.tune_graph
@@ -362,31 +367,69 @@ def tune_model(spec: ModelSpec, *, db: Any, seconds: float | None = None, trials
     budget = seconds if seconds is not None else spec.seconds
     deadline = None if budget is None else start + budget
     fingerprint = get_backend(spec.backend).target().fingerprint
-    pending = list(regions)
-    while pending:
-        claimed_any = False
-        for region in list(pending):
-            with db.lock(f"model-region:{region.key}:{fingerprint}", wait=False) as held:
-                if not held:  # another process is tuning it: come back to it once it is done
+    passes = [("defaults", 1, retune), ("search", None, True)] if trials is None else [("search", trials, retune)]
+    outcomes: dict[str, RegionOutcome] = {}
+    for stage, stage_trials, stage_retune in passes:
+        pending = list(regions)
+        while pending:
+            claimed_any = False
+            for region in list(pending):
+                with db.lock(f"model-{stage}:{region.key}:{fingerprint}", wait=False) as held:
+                    if not held:  # another process is tuning it: come back to it once it is done
+                        continue
+                    claimed_any = True
+                    pending.remove(region)
+                    outcome = _pass(tune, stage, region, pending, spec, db, deadline, stage_trials, stage_retune,
+                                    retune, workers, timeout, fingerprint)
+                if outcome is None:
                     continue
-                claimed_any = True
-                pending.remove(region)
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0 and not _tuned(db, region, spec.backend, fingerprint):
-                    outcome = RegionOutcome(region, note="budget spent: untuned")
-                else:
-                    share_left = sum(r.share for r in (region, *pending)) or 1.0
-                    region_s = None if left is None else max(MIN_REGION_SECONDS, left * region.share / share_left)
-                    impls = candidates_for(region.graph, spec.backend)
-                    outcome = _tune_region(tune, region, spec, db, impls, region_s, trials, workers, timeout, retune)
-            result.outcomes.append(outcome)
-            _log_region(outcome, len(result.outcomes), len(regions))
-            if on_region is not None:
-                on_region(outcome, result)
-        if pending and not claimed_any:
-            time.sleep(CLAIM_RETRY_SECONDS)
+                outcomes[region.key] = _merged(outcomes.get(region.key), outcome)
+                result.outcomes = [outcomes[r.key] for r in regions if r.key in outcomes]
+                _log_region(outcomes[region.key], len(result.outcomes), len(regions), stage)
+                if on_region is not None:
+                    on_region(outcomes[region.key], result)
+            if pending and not claimed_any:
+                time.sleep(CLAIM_RETRY_SECONDS)
     result.seconds = time.monotonic() - start
     return result
+
+
+def _pass(tune: Callable[..., Any], stage: str, region: ModelRegion, pending: list, spec: ModelSpec, db: Any,
+          deadline: float | None, trials: int | None, retune: bool, user_retune: bool, workers: int, timeout: float,
+          fingerprint: str) -> RegionOutcome | None:
+    """One region in one pass: its outcome, or None when the pass has nothing to do for it."""
+    impls = candidates_for(region.graph, spec.backend)
+    left = None if deadline is None else deadline - time.monotonic()
+    if stage == "search" and trials is None and not user_retune and _searched(db, region, impls, fingerprint):
+        return None  # another process (or an earlier run) searched it: its records stand
+    if left is not None and left <= 0:
+        if stage == "search" and trials is None:
+            return None  # the defaults pass decided it; no time to search
+        return RegionOutcome(region, note="budget spent: untuned") if not _tuned(db, region, spec.backend,
+                                                                                   fingerprint) else None
+    region_s = None
+    if left is not None and stage == "search":
+        share_left = sum(r.share for r in (region, *pending)) or 1.0
+        region_s = max(MIN_REGION_SECONDS, left * region.share / share_left)
+    return _tune_region(tune, region, spec, db, impls, region_s, trials, workers, timeout, retune)
+
+
+def _searched(db: Any, region: ModelRegion, impls: list, fingerprint: str) -> bool:
+    """Whether some candidate of the region was searched beyond its default config (by any process)."""
+    trials = [r for r in db.trials(region.key, fingerprint) if r.evidence is Evidence.TRIAL]
+    return len({(r.implementation, r.config.key()) for r in trials}) > len(impls)
+
+
+def _merged(before: RegionOutcome | None, now: RegionOutcome) -> RegionOutcome:
+    """The region's latest outcome, with the measurements and time of every pass."""
+    if before is None:
+        return now
+    if now.implementation is None and before.implementation is not None:  # a failed search keeps the defaults'
+        now.implementation, now.config, now.speedup = before.implementation, before.config, before.speedup
+    now.measured += before.measured
+    now.searched += before.searched
+    now.seconds += before.seconds
+    return now
 
 
 def _tuned(db: Any, region: ModelRegion, backend: str, fingerprint: str) -> bool:
@@ -430,9 +473,10 @@ def _check_now(impls: list, best: Any, backend: str) -> None:
         check(impl, best.config, get_backend(backend).target(), quiet=True)
 
 
-def _log_region(outcome: RegionOutcome, done: int, total: int) -> None:
+def _log_region(outcome: RegionOutcome, done: int, total: int, stage: str) -> None:
     r = outcome.region
-    what = f"region {done}/{total} ({r.template}, {r.calls} call(s), {100 * r.share:.1f}% of the step)"
+    what = (f"{stage} pass, region {done}/{total} ({r.template}, {r.calls} call(s), {100 * r.share:.1f}% of "
+            "the step)")
     if outcome.error:
         log.warning("kernelgen tune: %s not tuned: %s", what, outcome.error)
     elif outcome.implementation is None:

@@ -63,6 +63,17 @@ def test_tuned_model_runs_its_records_in_a_later_process_with_zero_measurements(
         assert ran[key]["source"] == "db" and ran[key]["implementation"] == impl, ran[key]
     assert later["max_err"] < 1e-4
 
+    # kernelgen report --model: the same regions, each with its record and its speedup over its ATen ops
+    report = subprocess.run([str(Path(sys.executable).parent / "kernelgen"), "report", "--model", "model_fakes:make",
+                             "--mode", "train", "--db", url, "--json"], cwd=HERE, env=env_for(cache),
+                            capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stderr[-2000:]
+    shown = json.loads(report.stdout)
+    assert {r["workload_key"]: r["implementation"] for r in shown["regions"]} == chosen
+    assert shown["regions_done"] == shown["regions_total"] and shown["kernelgen_step_ms"] > 0
+    assert all(r["speedup_vs_aten"] == 1.0 if r["implementation"] == "aten" else r["speedup_vs_aten"] > 0
+               for r in shown["regions"])
+
     # A clean machine: another database fed only by the export file, and an empty kernel cache.
     export = tmp_path / "model.jsonl"
     assert main(["db", "export", str(export), "--db", url]) == 0
@@ -81,17 +92,34 @@ def test_a_region_whose_candidates_all_fail_keeps_the_others(tmp_path, monkeypat
     calls = []
 
     def fake_tune(graph, **kwargs):
-        calls.append(graph.workload_key)
+        calls.append((graph.workload_key, kwargs["trials"], kwargs["seconds"]))
         if len(calls) == 1:
             raise NoTemplateError("every candidate failed its check")
         return _FakeResult(graph)
 
     with open_db(f"sqlite:///{tmp_path / 'db.sqlite'}") as db:
-        result = tune_model(ModelSpec("model_fakes:make", "infer"), db=db, seconds=30, tune=fake_tune)
-    assert len(calls) == len(result.regions) > 1
+        result = tune_model(ModelSpec("model_fakes:make", "infer"), db=db, trials=2, tune=fake_tune)
+    assert len(calls) == len(result.regions) > 1 and all(t == 2 for _, t, _ in calls)
     first, *rest = result.outcomes
     assert first.error and "every candidate failed" in first.error and first.implementation is None
     assert all(o.implementation == "pointwise" and o.error is None for o in rest) and result.ok
+
+
+def test_a_time_budget_decides_every_region_at_its_defaults_before_searching(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(HERE))
+    calls = []
+
+    def fake_tune(graph, **kwargs):
+        calls.append((graph.workload_key, kwargs["trials"], kwargs["seconds"]))
+        return _FakeResult(graph)
+
+    with open_db(f"sqlite:///{tmp_path / 'db.sqlite'}") as db:
+        result = tune_model(ModelSpec("model_fakes:make", "infer"), db=db, seconds=60, tune=fake_tune)
+    n = len(result.regions)
+    order = [r.key for r in result.regions]
+    assert [k for k, _, _ in calls] == order + order  # both passes in the order of their shares
+    assert all(t == 1 and s is None for _, t, s in calls[:n])  # defaults, side by side with ATen
+    assert all(t is None and s > 0 for _, t, s in calls[n:])  # then the searches, sharing the time left
 
 
 class _FakeResult:
@@ -118,6 +146,17 @@ def test_bad_models_give_one_line_and_a_non_zero_exit(tmp_path, monkeypatch, cap
     assert main(["tune", "--model", factory, "--db", url, "--seconds", "5", "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)["models"][0]
     assert not doc["ok"] and says in doc["error"] and "\n" not in doc["error"]
+
+
+def test_manifest_model_tables_load_into_specs(tmp_path):
+    from kernelgen.tune.model import load_models
+
+    manifest = tmp_path / "m.toml"
+    manifest.write_text('[[model]]\nname = "mlp"\nfactory = "model_fakes:make"\nmode = "train"\nseconds = 90\n'
+                        '[[model]]\nfactory = "model_fakes:make_deep"\ndynamic = false\n')
+    first, second = load_models(str(manifest))
+    assert (first.label, first.mode, first.seconds, first.backend) == ("mlp", "train", 90.0, "cpp")
+    assert (second.label, second.mode, second.dynamic) == ("make_deep", "infer", False)
 
 
 def test_manifest_model_tables_are_validated_before_anything_runs(tmp_path, capsys):

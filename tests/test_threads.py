@@ -1,0 +1,41 @@
+"""Kernel threads under load (``kernelgen.runtime.threads``): the load elsewhere from two samples, the threads
+left for kernels, and kernels that still compute eager's values with fewer threads."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kernelgen
+from kernelgen.backends import cpp
+from kernelgen.runtime import threads
+
+
+def test_load_elsewhere_is_busy_time_minus_ours(monkeypatch):
+    monkeypatch.setattr(threads, "_cpus", lambda: {0, 1})
+    # 100 ticks per CPU elapsed on 2 CPUs: 150 busy ticks, 40 of them ours -> 1.1 CPUs busy elsewhere
+    assert threads.busy_elsewhere((0, 0, 0), (150, 200, 40)) == pytest.approx(1.1)
+    assert threads.busy_elsewhere((0, 0, 0), (150, 200, 150)) == 0.0  # all of it ours
+    assert threads.free_threads(1.1, 2) == 1 and threads.free_threads(0.4, 2) == 2
+    assert threads.free_threads(2.0, 2) == 1  # never fewer than one
+
+
+def test_a_sample_reads_this_machine():
+    found = threads.sample()
+    if found is None:
+        pytest.skip("no /proc here")
+    busy, total, ours = found
+    assert 0 <= busy <= total and ours >= 0
+
+
+def test_capped_kernels_compute_eagers_values(monkeypatch):
+    x = torch.randn(256, 1000)
+    fn = kernelgen.compile(lambda x: torch.softmax(x * 2, dim=-1), backend="cpp")
+    free = fn(x)
+    monkeypatch.setattr(cpp, "THREAD_CAP", [1 << 30])
+    cpp.set_thread_cap(1)
+    try:
+        torch.testing.assert_close(fn(x), torch.softmax(x * 2, dim=-1))
+        torch.testing.assert_close(fn(x), free)
+    finally:
+        cpp.set_thread_cap(None)
