@@ -98,3 +98,23 @@ def test_a_lone_small_op_in_a_model_runs_aten_untuned(monkeypatch, numel, aten):
     runs = graphs[0].runs
     assert runs.get("aten", 0) == (2 if aten else 0) and runs.get("kernel", 0) == (0 if aten else 2), runs
     torch._dynamo.reset()
+
+
+def test_the_gemm_order_needs_several_verdicts_and_a_clear_majority(monkeypatch):
+    from types import SimpleNamespace
+
+    target = get_backend("cpp").target()
+
+    class Db:
+        def __init__(self, winners):
+            self.winners = winners
+
+        def records(self, target=None):
+            fam = get_backend("cpp").target().family
+            return [SimpleNamespace(evidence=Evidence.DECLARED, implementation=w) for w in self.winners] \
+                if target == fam else []
+
+    for winners, expected in ((["aten_gemm"] * 2, None), (["aten_gemm"] * 3, "aten_gemm"),
+                              (["aten_gemm", "aten_gemm", "gemm", "gemm"], None), (["gemm"] * 4, "gemm")):
+        monkeypatch.setattr(records, "_FAVOURITES", {})
+        assert records.gemm_favourite(Db(winners), target) == expected, winners

@@ -133,7 +133,7 @@ class RegionKernel:
             return (key_fn, key, _replay, self.gm, "aten") if entry.impl == ATEN else None
         contiguous = tuple(spec.effective_strides() for spec in self.graph.output_specs)
         # (``entry.grad`` does not matter: a region runs without grad; the plan must be the outputs in order)
-        if entry.picks is not None or entry.plan is None or self.strides != contiguous \
+        if entry.picks is not None or entry.plan is None or self.strides != contiguous or any(entry.huge) \
                 or entry.plan.leaves != tuple(("out", k) for k in range(len(entry.outputs))) \
                 or len(entry.outputs) != len(self.strides):
             return None

@@ -25,11 +25,13 @@ _DB_LOCK = threading.Lock()
 
 GEMM_PAIR = ("aten_gemm", "gemm")  # ATen's matmul + epilogue vs the generated GEMM: the pair families rank
 _FAVOURITES: dict[tuple[int, str], str | None] = {}
+MIN_VERDICTS = 3  # verdicts between the pair a family needs before they, not the constant, order them (2/3 majority)
 
 
 def gemm_favourite(db: Any, target: Any) -> str | None:
-    """Which of ``GEMM_PAIR`` won more declared verdicts on this target's family (else the nearest similar family
-    with any); None when no verdict chose between them. Counted once per process and database."""
+    """Which of ``GEMM_PAIR`` won at least two thirds of the declared verdicts on this target's family (else the
+    nearest similar family with at least ``MIN_VERDICTS``); None without such evidence. Counted once per process
+    and database."""
     key = (id(db), target.family)
     with _DB_LOCK:
         if key in _FAVOURITES:
@@ -41,10 +43,11 @@ def gemm_favourite(db: Any, target: Any) -> str | None:
             for record in db.records(target=family):
                 if record.evidence is Evidence.DECLARED and record.implementation in wins:
                     wins[record.implementation] += 1
-            if any(wins.values()):
-                found = max(GEMM_PAIR, key=lambda name: (wins[name], name == GEMM_PAIR[1]))
-                log.info("untuned GEMMs on %s run %s first: it won %d of %d recorded verdicts on %s", target.family,
-                         found, wins[found], sum(wins.values()), family)
+            if sum(wins.values()) >= MIN_VERDICTS:  # the nearest family with evidence decides, by a clear majority
+                leader = max(GEMM_PAIR, key=lambda name: wins[name])
+                found = leader if 3 * wins[leader] >= 2 * sum(wins.values()) else None
+                log.info("untuned GEMMs on %s: %s won %d of %d recorded verdicts on %s%s", target.family, leader,
+                         wins[leader], sum(wins.values()), family, "" if found else " (no clear majority)")
                 break
     except KernelgenError:
         found = None
