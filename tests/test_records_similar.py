@@ -84,17 +84,21 @@ def test_untuned_gemms_follow_the_familys_verdicts(tmp_path, monkeypatch):
     assert nothing.explain(a, w)["implementation"] == "gemm"  # float32 on C++: the constant's order
 
 
-@pytest.mark.parametrize(("numel", "aten"), [(64, True), (1 << 17, False)])
-def test_a_lone_small_op_in_a_model_runs_aten_untuned(monkeypatch, numel, aten):
+@pytest.mark.parametrize(("fn", "numel", "aten"), [
+    (torch.sigmoid, 64, True), (torch.sigmoid, 1 << 17, True),  # one op: nothing to fuse, at any size
+    (lambda x: torch.sigmoid(x * 2), 64, True), (lambda x: torch.sigmoid(x * 2), 1 << 13, False),
+    (lambda x: torch.sigmoid(x * 2 + 1), 64, False),  # three ops fused win from the smallest size
+])
+def test_a_region_too_small_to_win_runs_aten_untuned(monkeypatch, fn, numel, aten):
     from kernelgen.frontend import dynamo_backend
 
-    monkeypatch.setattr("kernelgen.runtime.aten.SMALL_ELEMENTS", 1 << 16)  # the rule as shipped
+    monkeypatch.setattr("kernelgen.runtime.aten.ENABLED", True)  # the rule as shipped
     dynamo_backend.register()
     x = torch.randn(numel)
-    model = torch.compile(lambda x: torch.sigmoid(x), backend="kernelgen")
+    model = torch.compile(fn, backend="kernelgen")
     with dynamo_backend.collect() as graphs:
-        torch.testing.assert_close(model(x), torch.sigmoid(x))
-        torch.testing.assert_close(model(x), torch.sigmoid(x))  # the second call takes the region's shortcut
+        torch.testing.assert_close(model(x), fn(x))
+        torch.testing.assert_close(model(x), fn(x))  # the second call takes the region's shortcut
     runs = graphs[0].runs
     assert runs.get("aten", 0) == (2 if aten else 0) and runs.get("kernel", 0) == (0 if aten else 2), runs
     torch._dynamo.reset()

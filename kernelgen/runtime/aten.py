@@ -5,12 +5,17 @@ When its record wins, dispatch runs the ATen ops themselves: a region replays it
 ``kernelgen.compile`` function runs eagerly (``kernelgen.runtime.direct``); ``build`` (the graph's eager
 evaluation copied into the outputs) exists for the measurement worker only. Its search space has one config.
 
-Untuned, ATen runs first for a graph too small to win (``aten_first``), by this rule, measured on a 2-core
-AMD EPYC (``benchmarks/bench_dispatch.py --regions``): a region call costs the launch of one C++ kernel plus
-kernelgen's call path (~5 us), while an ATen op costs ~2-4 us; a region earns that back only by saving memory
-traffic, i.e. by fusing two or more ops. A graph with a single compute op (nothing fused: one ``add``, one
-``relu``, one reduction) whose outputs hold fewer than ``SMALL_ELEMENTS`` elements runs ATen first; a single
-op on large tensors is memory-bound either way and keeps the kernel (vectorised, threaded as tuned).
+Untuned, a model's region runs its ATen ops first when it is too small to win (``aten_first``), by this rule,
+measured with ``benchmarks/bench_regions.py`` on a 2-core AMD EPYC: a region call costs ~4 us (signature key,
+output allocation, the C++ launch; ``docs/ARCHITECTURE.md``) where one ATen op on a small tensor costs ~1-3 us, and
+a region earns that back only by saving memory traffic, i.e. by fusing ops. A lone op gains nothing from fusion
+and ATen's kernel for it is as vectorised and threaded as ours: at 64 to 256Ki elements a one-op region took
+2-4x eager's time (0.23x, 0.47x, 0.51x eager at 64, 64Ki, 256Ki). Two ops broke even from about 1Ki elements
+(0.38x at 64, 0.95x at 1Ki), three won from the smallest size (2.2x at 64, 1.4x at 16Ki). So: a region of one
+ATen op, or of two producing fewer than ``TWO_OP_ELEMENTS`` elements, runs ATen first; a GEMM or attention
+region never does (the generated GEMM can beat ATen's alone; the GEMM order is the records' business,
+``kernelgen.runtime.records``). Those figures were taken under a load average of ~5 on the shared machine: the
+ratios, not the microseconds, are the evidence, and tuning measures every region anyway.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from kernelgen.code_hash import combine
-from kernelgen.ir.graph import VIEW_OPS, Graph
+from kernelgen.ir.graph import Graph
 from kernelgen.ir.implementation import Implementation, Launcher
 from kernelgen.ir.reference import evaluate
 from kernelgen.ir.space import SearchSpace
@@ -26,8 +31,9 @@ from kernelgen.ir.target import Target
 from kernelgen.ir.values import Config
 
 NAME = "aten"
-SMALL_ELEMENTS = 1 << 16  # below this, one unfused op is cheaper as ATen's call than as a region's kernel call
-_FREE_OPS = VIEW_OPS | {"input", "const"}
+ENABLED = True  # the untuned rule (tests of the kernels themselves turn it off)
+TWO_OP_ELEMENTS = 4096  # below this, two fused ops are still cheaper as ATen's calls than as one region call
+_GEMM_OPS = ("matmul", "attention", "attention_lse")
 
 
 class AtenImplementation(Implementation):
@@ -65,14 +71,11 @@ def covers(graph: Graph) -> bool:
     return all(node.op != "custom_call" for node in graph.nodes)
 
 
-def compute_ops(graph: Graph) -> int:
-    """The graph's nodes that compute (views, broadcasts, inputs and constants only address memory)."""
-    return sum(1 for node in graph.nodes if node.op not in _FREE_OPS)
-
-
-def aten_first(graph: Graph) -> bool:
-    """Untuned, does ATen run before the kernels? For one unfused compute op on small outputs (module docstring)."""
-    return compute_ops(graph) <= 1 and sum(s.numel for s in graph.output_specs) < SMALL_ELEMENTS
+def aten_first(graph: Graph, aten_ops: int) -> bool:
+    """Untuned, do a region's ``aten_ops`` ATen ops (views not counted) run before its kernels? (module docstring)"""
+    if not ENABLED or any(node.op in _GEMM_OPS for node in graph.nodes):
+        return False
+    return aten_ops <= 1 or (aten_ops == 2 and sum(s.numel for s in graph.output_specs) < TWO_OP_ELEMENTS)
 
 
 def rebuild(graph: Graph, backend: str) -> AtenImplementation:
@@ -80,4 +83,4 @@ def rebuild(graph: Graph, backend: str) -> AtenImplementation:
     return AtenImplementation(graph, backend)
 
 
-__all__ = ["AtenImplementation", "NAME", "SMALL_ELEMENTS", "aten_first", "compute_ops", "covers", "rebuild"]
+__all__ = ["AtenImplementation", "ENABLED", "NAME", "TWO_OP_ELEMENTS", "aten_first", "covers", "rebuild"]

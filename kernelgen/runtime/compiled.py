@@ -63,7 +63,7 @@ class CompiledFunction(DirectPath, GraphPath, FamilyPath, RecordChoice, Explain)
     def __init__(self, fn: Callable[..., Any], backend: str = "auto", *, tune: bool | str = False, db: Any = None,
                  team_db: str | None = None, trials: int | None = None, seconds: float | None = None,
                  dynamic: Any = None, max_variants: int | None = None, partition: bool = True,
-                 front_end: FrontEnd | None = None, small_to_aten: bool = False) -> None:
+                 front_end: FrontEnd | None = None, aten_first: bool = False) -> None:
         if tune not in (False, True, "auto"):
             raise KernelgenError(f"tune={tune!r} is not understood; use False or 'auto' (tune on first call)")
         self.front_end = front_end if front_end is not None else installed_front_end()
@@ -89,8 +89,8 @@ class CompiledFunction(DirectPath, GraphPath, FamilyPath, RecordChoice, Explain)
         # AOTAutograd, the partitioner; its regions run kernelgen kernels (each region is a CompiledFunction
         # with partition=False), the rest ATen. Built on first need, shared by every such signature.
         self.partition = bool(partition)
-        # Untuned, a graph too small to win runs its ATen ops (kernelgen.runtime.aten): a model's regions ask for it.
-        self.small_to_aten = bool(small_to_aten)
+        # Untuned, run the graph's ATen ops first (a model's region too small to win: kernelgen.runtime.aten).
+        self.aten_first = bool(aten_first)
         self._graph_fn: Any = None
         self._families: dict[tuple, Any] = {}  # family key -> Family, or None where no generic kernel serves it
         self._sizes: dict[tuple, set[int]] = {}  # family key -> batch sizes seen (dynamic=None waits for two)

@@ -44,7 +44,7 @@ class DirectPath:
                                    "no launch")
         if any(s.numel == 0 for s in (*graph.output_specs, *graph.signature)):
             return self._eager("an input or output is empty (numel 0) and another is not; eager handles it")
-        impls = candidates_for(graph, backend.name, small_to_aten=self.small_to_aten)
+        impls = candidates_for(graph, backend.name, aten_first=self.aten_first)
         if not impls:
             return self._partitioned(f"no template or custom call covers ops {sorted(graph.ops())} on backend "
                                      f"{backend.name!r}")
@@ -110,7 +110,7 @@ class DirectPath:
 
     def _aten(self, impl: Any, source: str) -> "Entry":
         reason = ("its ATen ops measured fastest (tuning record)" if source != "default" else
-                  "one small unfused op: cheaper as ATen's call than as a kernel's (kernelgen.runtime.aten)")
+                  "too small to win: cheaper as ATen's calls than as one kernel call (kernelgen.runtime.aten)")
         log.info("%s: runs its ATen ops: %s", self.__name__, reason)
         return Entry(eager=True, impl=impl.name, source=source, digest=impl.source_hash(), reason=reason)
 

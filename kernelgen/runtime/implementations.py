@@ -7,7 +7,7 @@ ATen ops as a candidate); ``resolve`` finds one by name.
 from __future__ import annotations
 
 from kernelgen.custom_calls.candidates import candidates as custom_call_candidates
-from kernelgen.runtime.aten import AtenImplementation, aten_first, covers
+from kernelgen.runtime.aten import AtenImplementation, covers
 from kernelgen.errors import NoTemplateError
 from kernelgen.ir.graph import Graph
 from kernelgen.ir.implementation import Implementation
@@ -22,16 +22,16 @@ def implementations_for(graph: Graph, backend: str) -> list[Implementation]:
     return [*template_implementations(graph, backend), *custom_call_candidates(graph, backend)]
 
 
-def candidates_for(graph: Graph, backend: str, *, small_to_aten: bool = False) -> list[Implementation]:
+def candidates_for(graph: Graph, backend: str, *, aten_first: bool = False) -> list[Implementation]:
     """What the tuner measures and dispatch chooses from: ``implementations_for`` plus the graph's own ATen ops
-    (``kernelgen.runtime.aten``), last, or first with ``small_to_aten`` when the graph is too small to win
-    (``aten_first``: regions of a model, where a lone small op costs more as a kernel call than as ATen's).
+    (``kernelgen.runtime.aten``), last, or first with ``aten_first`` (a model's region too small to win:
+    ``kernelgen.runtime.aten.aten_first``).
     Empty when no kernel implements the graph: ATen alone is not a choice, it is what runs anyway."""
     kernels = implementations_for(graph, backend)
     if not kernels or not covers(graph):
         return kernels
     aten = AtenImplementation(graph, backend)
-    return [aten, *kernels] if small_to_aten and aten_first(graph) else [*kernels, aten]
+    return [aten, *kernels] if aten_first else [*kernels, aten]
 
 
 def resolve(graph: Graph, name: str, backend: str) -> Implementation:
