@@ -35,6 +35,7 @@ else:  # Python 3.10: the same parser, published as tomli before it joined the s
 
 from kernelgen.backends import backend_names, get_backend
 from kernelgen.check.verdicts import check
+from kernelgen.db.verdict import rounds_tag
 from kernelgen.errors import KernelgenError, ManifestError
 from kernelgen.frontend import dynamo_backend, region_op
 from kernelgen.ir.values import Evidence
@@ -449,8 +450,10 @@ def _tune_region(tune: Callable[..., Any], region: ModelRegion, spec: ModelSpec,
         searched[0] += event.measured and event.phase == "search"
 
     try:
+        # (no eager or torch.compile baselines in the rounds: the region's own ATen ops are a candidate there, and
+        # compiling each region with Inductor for a reference would cost 5-20 s a region)
         result = tune(region.graph, backend=spec.backend, db=db, seconds=per_impl, trials=trials, workers=workers,
-                      timeout=timeout, retune=retune, time_eager=True, name=name, on_trial=on_trial)
+                      timeout=timeout, retune=retune, time_eager=False, name=name, on_trial=on_trial)
     except KernelgenError as exc:
         return RegionOutcome(region, error=_line(exc), seconds=time.monotonic() - t0, searched=searched[0])
     out = RegionOutcome(region, measured=result.measured, searched=searched[0], seconds=time.monotonic() - t0,
@@ -460,9 +463,23 @@ def _tune_region(tune: Callable[..., Any], region: ModelRegion, spec: ModelSpec,
         return out
     out.implementation, out.config = result.best.implementation, dict(result.best.config)
     _check_now(impls, result.best, spec.backend)
-    summary = result.to_json()
-    out.speedup = summary.get("speedup_vs_eager")
+    out.speedup = speedup_over_aten(db, result.best, get_backend(spec.backend).target())
     return out
+
+
+def speedup_over_aten(db: Any, best: Any, target: Any) -> float | None:
+    """The region's ATen time over its record's, both from the record's own confirmation rounds."""
+    if best.implementation == ATEN:
+        return 1.0
+    mine = best.measurement.time.median if best.measurement.time is not None else None
+    tag = rounds_tag(best)
+    if not mine or tag is None:
+        return None
+    for record in db.trials(best.workload_key, target.fingerprint, implementation=ATEN):
+        if rounds_tag(record) == tag and record.measurement.ok and record.measurement.time is not None:
+            return record.measurement.time.median / mine
+    eager = next((ref.time for ref in best.measurement.references if ref.name == "eager" and ref.time), None)
+    return None if eager is None else eager.median / mine
 
 
 def _check_now(impls: list, best: Any, backend: str) -> None:
@@ -498,5 +515,5 @@ def geomean(values: list[float]) -> float | None:
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
-__all__ = ["MODEL_KEYS", "MODES", "load_models", "model_spec", "ModelError", "ModelRegion", "ModelResult", "ModelSpec", "RegionOutcome", "capture", "dispatched", "geomean",
+__all__ = ["MODEL_KEYS", "MODES", "load_models", "model_spec", "ModelError", "ModelRegion", "ModelResult", "ModelSpec", "RegionOutcome", "capture", "dispatched", "geomean", "speedup_over_aten",
            "load_model", "prepare", "step", "training_loss", "tune_model"]

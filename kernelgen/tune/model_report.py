@@ -12,11 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from kernelgen.backends import get_backend
-from kernelgen.db.verdict import rounds_tag
-from kernelgen.runtime.aten import NAME as ATEN
 from kernelgen.runtime.implementations import candidates_for
 from kernelgen.runtime.records import usable_best
-from kernelgen.tune.model import ModelResult, ModelSpec, RegionOutcome, capture
+from kernelgen.tune.model import ModelResult, ModelSpec, RegionOutcome, capture, speedup_over_aten
 
 
 def model_report(spec: ModelSpec, db: Any) -> dict[str, Any]:
@@ -33,25 +31,10 @@ def model_report(spec: ModelSpec, db: Any) -> dict[str, Any]:
             result.outcomes.append(RegionOutcome(region, note="no record: untuned default"))
             continue
         result.outcomes.append(RegionOutcome(region, implementation=best.implementation, config=dict(best.config),
-                                             speedup=_speedup_over_aten(db, best, target), note="record"))
+                                             speedup=speedup_over_aten(db, best, target), note="record"))
     summary = result.to_json()
     summary.update(kernelgen_step_ms=timed[0] * 1e3 if timed else None, seconds=0.0, error=None)
     return summary
-
-
-def _speedup_over_aten(db: Any, best: Any, target: Any) -> float | None:
-    """The region's ATen time over its record's, both from the record's own confirmation rounds."""
-    if best.implementation == ATEN:
-        return 1.0
-    mine = best.measurement.time.median if best.measurement.time is not None else None
-    tag = rounds_tag(best)
-    if not mine or tag is None:
-        return None
-    for record in db.trials(best.workload_key, target.fingerprint, implementation=ATEN):
-        if rounds_tag(record) == tag and record.measurement.ok and record.measurement.time is not None:
-            return record.measurement.time.median / mine
-    eager = next((ref.time for ref in best.measurement.references if ref.name == "eager" and ref.time), None)
-    return None if eager is None else eager.median / mine
 
 
 __all__ = ["model_report"]
