@@ -28,7 +28,7 @@ def show_model(model: str, mode: str, db: str | None, as_json: bool) -> None:
     if not console.is_terminal:
         console = Console(width=max(console.width, 160))  # piped: do not squeeze the table into 80 columns
     console.print(model_table(summary))
-    kg, eager = summary.get("kernelgen_step_ms"), summary["step_ms"]
+    kg, eager = summary["kernelgen_step_ms"], summary["eager_step_ms"]
     speed = f"{kg:.2f} ms ({eager / kg:.2f}x eager)" if kg else "-"
     typer.echo(f"step: eager {eager:.2f} ms, kernelgen with these records {speed}; {summary['regions_done']} of "
                f"{summary['regions_total']} regions have a record, {100 * summary['share_covered']:.0f}% of "

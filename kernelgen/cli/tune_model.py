@@ -55,7 +55,7 @@ def model_table(entry: dict[str, Any]) -> Table:
     """One model: each distinct region with its share of eager's step, what runs, its speedup over its ATen ops."""
     title = f"{entry['model']} ({entry['factory']}, {entry['mode']})"
     if entry.get("step_ms") is not None:
-        title += (f": eager step {entry['step_ms']:.2f} ms, {entry['regions_done']}/{entry['regions_total']} regions, "
+        title += (f": eager step {entry['step_ms']:.2f} ms on one thread, {entry['regions_done']}/{entry['regions_total']} regions, "
                   f"{100 * entry['share_covered']:.0f}% of the step tuned in {entry['seconds']:.0f} s")
     table = Table(title=title, title_justify="left")
     for column in ("region", "calls", "share", "ATen time", "implementation", "config", "vs ATen", "note"):

@@ -20,11 +20,12 @@ the backward.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,6 +128,7 @@ class ModelResult:
 
     def to_json(self) -> dict[str, Any]:
         done = [o for o in self.outcomes if o.implementation is not None]
+        # step_ms: eager's step with ATen on one thread, the base of each region's share (``capture``)
         return {"model": self.spec.label, "factory": self.spec.factory, "mode": self.spec.mode,
                 "backend": self.spec.backend, "step_ms": self.step_s * 1e3, "regions_total": len(self.regions),
                 "regions_done": len(done), "share_covered": sum(o.region.share for o in done),
@@ -260,10 +262,9 @@ def prepare(model: Any, mode: str) -> Any:
 def capture(spec: ModelSpec, db: Any = None, timed: list | None = None) -> tuple[list[ModelRegion], float, list[Any]]:
     """The model's distinct regions, largest share of eager's step time first; eager's step time; the graphs'
     coverage statistics. Runs eager once (inputs that do not fit the model fail here, in one line), then the
-    model through the kernelgen backend twice: once to compile, once profiled. With ``timed`` (a list), the
-    kernelgen step's time (with ``db``'s records) is appended to it, measured as eager's."""
-    import copy
-
+    model through the kernelgen backend twice: once to compile, once profiled. Shares are measured with ATen on
+    one thread (``_one_thread``). With ``timed`` (a list), eager's and the kernelgen step's times (with ``db``'s
+    records), minima of interleaved calls, are appended to it."""
     import torch
 
     model, args, kwargs = load_model(spec.factory)
@@ -276,6 +277,23 @@ def capture(spec: ModelSpec, db: Any = None, timed: list | None = None) -> tuple
     except Exception as exc:
         raise ModelError(f"model {spec.label}: its inputs do not fit it: eager PyTorch raised "
                          f"{type(exc).__name__}: {_line(exc)}") from None
+    # (one thread throughout: torch's thread count is part of Dynamo's guards, so changing it between the compile
+    # and the profiled step would compile the model again, with regions that have not run yet)
+    with _one_thread(torch):
+        regions, step_s, graphs, run = _profile(spec, model, args, kwargs, eager, db)
+    if timed is not None:  # eager and kernelgen, interleaved, with the threads the user has
+        pairs = [(_min_time(eager, 1), _min_time(run, 1)) for _ in range(5)]
+        timed.extend((min(p[0] for p in pairs), min(p[1] for p in pairs)))
+    return regions, step_s, graphs
+
+
+def _profile(spec: ModelSpec, model: Any, args: tuple, kwargs: dict, eager: Callable[[], Any],
+             db: Any) -> tuple[list[ModelRegion], float, list[Any], Callable[[], Any]]:
+    """``capture``'s measurements: eager's step, the compile step, the profiled step (ATen on one thread)."""
+    import copy
+
+    import torch
+
     step_s = _min_time(eager)
     dynamo_backend.register()
     torch._dynamo.reset()
@@ -313,9 +331,7 @@ def capture(spec: ModelSpec, db: Any = None, timed: list | None = None) -> tuple
     regions = sorted(found.values(), key=lambda r: (-r.aten_s, r.key))
     for r in regions:
         r.share = r.aten_s / step_s if step_s > 0 else 0.0
-    if timed is not None:
-        timed.append(_min_time(run))
-    return regions, step_s, graphs
+    return regions, step_s, graphs, run
 
 
 def dispatched(graphs: list[Any]) -> list[dict[str, Any]]:
@@ -331,6 +347,20 @@ def dispatched(graphs: list[Any]) -> list[dict[str, Any]]:
                             "config": None if choice["config"] is None else dict(choice["config"]),
                             "source": choice["source"]})
     return out
+
+
+@contextlib.contextmanager
+def _one_thread(torch: Any) -> Iterator[None]:
+    """ATen on one thread while shares are measured: with two threads, a machine whose CPUs other processes hold
+    stalls each parallel op at its barrier for a scheduler slice (a 2-layer GPT-2 step took 14 ms in one window
+    and 392 ms in the next), so minima of a few calls measure the load, not the ops; one thread is slowed only
+    by the share of a CPU it gets, alike for the step and for each region."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _min_time(fn: Callable[[], Any], repeats: int = 5) -> float:
@@ -440,8 +470,8 @@ def _tuned(db: Any, region: ModelRegion, backend: str, fingerprint: str) -> bool
 def _tune_region(tune: Callable[..., Any], region: ModelRegion, spec: ModelSpec, db: Any, impls: list,
                  seconds: float | None, trials: int | None, workers: int, timeout: float,
                  retune: bool) -> RegionOutcome:
-    # tune_graph's budgets are per candidate: the region's time is shared between them
-    per_impl = None if seconds is None else max(0.5, seconds / max(1, len(impls)))
+    # tune_graph's budgets are per candidate: the region's time is shared between the kernels (ATen has one config)
+    per_impl = None if seconds is None else max(0.5, seconds / max(1, sum(i.name != ATEN for i in impls)))
     name = f"{spec.label}:{region.template}:{region.key[:8]}"
     t0 = time.monotonic()
     searched = [0]
