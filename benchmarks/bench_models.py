@@ -30,6 +30,7 @@ import math
 import multiprocessing
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -152,7 +153,8 @@ def bench_model(name: str, mode: str, args: argparse.Namespace, urls: dict[str, 
                 row["tuned_runs"] = dict(Counter(c["implementation"] for c in chosen))
                 row["tuned_sources"] = dict(Counter(c["source"] for c in chosen))
                 # the ATen ops the partitioner left outside every region, by reason (views not counted)
-                row["left"] = dict(Counter(reason.split(";")[0][:90] for g in graphs for reason in g.left.values()))
+                row["left"] = dict(Counter(re.sub(r" at `[^`]*`", "", reason).split(";")[0][:100]
+                                           for g in graphs for reason in g.left.values()))
             steps[variant] = run
         except Exception as exc:  # a compiler that cannot take the model is a row entry, not the end of the run
             row["failed"][variant] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from kernelgen.errors import KernelgenError
 from kernelgen.report.units import fmt_time
-from kernelgen.tune.model import ModelSpec, load_models, model_spec
+from kernelgen.tune.model_spec import ModelSpec, load_models, model_spec
 
 
 def model_specs(manifest: str | None, model: str | None, mode: str) -> list[ModelSpec]:

@@ -4,7 +4,7 @@ graphs, deduplicate them by workload key (the same region in 24 layers is tuned 
 share of one profiled step, and tune them in that order within one time budget for the model.
 
 The records land under the keys dispatch looks up: each region's graph is the one its ``CompiledFunction``
-traced on the step's real inputs (``CompiledFunction.graphs``), tuned with the same candidates
+traced on the step's real inputs (``CompiledFunction.choices``, ``kernelgen.tune.model_capture``), tuned with the same candidates
 (``candidates_for``: templates, vendor GEMM, custom calls and the region's own ATen ops) on the same target.
 A later process with the same model and database runs the declared kernels with no tuning and no measuring.
 
@@ -12,81 +12,33 @@ Several processes (hosts sharing one database URL) split a model's regions: each
 database lock taken without waiting (``TuningDB.lock(wait=False)``); a process skips a region another holds and
 comes back to it at the end, when it is tuned (a lookup, no measurement).
 
-A factory ``"pkg.module:make"`` returns ``(model, inputs)``: ``inputs`` a tensor, a tuple/list of positional
-tensors, or a dict of keyword tensors (a Hugging Face model's ``input_ids``, ...). ``infer`` runs
-``model.eval()`` under ``torch.no_grad()``; ``train`` runs ``model.train()``, the forward, ``training_loss`` and
-the backward.
+The model, its factory and its step are ``kernelgen.tune.model_spec``'s (re-exported here).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import math
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10: the same parser, published as tomli before it joined the standard library
-    import tomli as tomllib
-
-from kernelgen.backends import backend_names, get_backend
+from kernelgen.backends import get_backend
 from kernelgen.check.verdicts import check
 from kernelgen.db.verdict import rounds_tag
-from kernelgen.errors import KernelgenError, ManifestError
-from kernelgen.frontend import dynamo_backend, region_op
+from kernelgen.errors import KernelgenError
 from kernelgen.ir.values import Evidence
 from kernelgen.runtime.aten import NAME as ATEN
 from kernelgen.runtime.implementations import candidates_for
 from kernelgen.runtime.records import usable_best
-from kernelgen.tune.manifest import import_function, importable_from_cwd
+from kernelgen.tune.model_capture import ModelRegion, capture, dispatched
+from kernelgen.tune.model_spec import (MODES, ModelError, ModelSpec, load_model, load_models, model_spec, one_line,
+                                       prepare, step, training_loss)
 
 log = logging.getLogger("kernelgen.tune")
 
-MODES = ("infer", "train")
 MIN_REGION_SECONDS = 2.0  # a region's search gets at least this much (one config of each candidate and rounds)
-PROFILE_REPEATS = 3  # each region's ATen ops timed this many times per call in the profiled step (the minimum kept)
 CLAIM_RETRY_SECONDS = 0.5  # how often a process waits for regions another process is tuning
-
-
-class ModelError(KernelgenError):
-    """A model that cannot be tuned: its factory, its inputs, or its capture."""
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """One model to tune: ``factory`` (``"pkg.module:make"``), ``mode`` (infer or train), the backend."""
-
-    factory: str
-    mode: str = "infer"
-    name: str = ""
-    backend: str = "cpp"
-    seconds: float | None = None
-    dynamic: bool | None = None  # torch.compile's: None lets Dynamo decide, True makes sizes symbolic
-
-    @property
-    def label(self) -> str:
-        return self.name or self.factory.rpartition(":")[2]
-
-
-@dataclass
-class ModelRegion:
-    """One distinct region of the model (by workload key): its graph, how often a step runs it, and the time
-    its ATen ops take per step (all its calls) on the step's real inputs."""
-
-    graph: Any
-    template: str
-    calls: int = 0
-    aten_s: float = 0.0
-    share: float = 0.0  # of eager's step time
-
-    @property
-    def key(self) -> str:
-        return self.graph.workload_key
 
 
 @dataclass
@@ -133,245 +85,6 @@ class ModelResult:
                 "backend": self.spec.backend, "step_ms": self.step_s * 1e3, "regions_total": len(self.regions),
                 "regions_done": len(done), "share_covered": sum(o.region.share for o in done),
                 "seconds": self.seconds, "ok": self.ok, "regions": [o.to_json() for o in self.outcomes]}
-
-
-# --- manifests ----------------------------------------------------------------------------------------
-
-MODEL_KEYS = ("name", "factory", "mode", "backend", "seconds", "dynamic")
-
-
-def load_models(path: str) -> list[ModelSpec]:
-    """The ``[[model]]`` tables of manifest ``path`` (``kernelgen tune`` reads ``[[workload]]`` ones through
-    ``kernelgen.tune.manifest``)::
-
-        [[model]]
-        name = "gpt2"
-        factory = "mypkg.models:make_gpt2"   # returns (model, inputs)
-        mode = "train"                       # or "infer" (the default)
-        seconds = 600                        # the model's whole budget (--seconds overrides it)
-        dynamic = false                      # optional, torch.compile's dynamic=
-    """
-    try:
-        with open(path, "rb") as handle:
-            data = tomllib.load(handle)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ManifestError(f"{path}: cannot read the manifest: {exc}") from None
-    tables = data.get("model", [])
-    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
-        raise ManifestError(f"{path}: [[model]] must be tables with a factory")
-    return [model_spec(table, f"{path}: model {table.get('name', f'#{i + 1}')!r}") for i, table in enumerate(tables)]
-
-
-def model_spec(table: dict[str, Any], where: str) -> ModelSpec:
-    """One ``[[model]]`` table (or the command line's ``--model``/``--mode``) validated into a ``ModelSpec``."""
-    unknown = sorted(set(table) - set(MODEL_KEYS))
-    if unknown:
-        raise ManifestError(f"{where}: unknown key {unknown[0]!r}; allowed keys: {', '.join(MODEL_KEYS)}")
-    factory = table.get("factory")
-    if not isinstance(factory, str) or factory.count(":") != 1 or not all(factory.split(":")):
-        raise ManifestError(f"{where}: factory must be \"module:function\" returning (model, inputs), got {factory!r}")
-    mode = table.get("mode", "infer")
-    if mode not in MODES:
-        raise ManifestError(f"{where}: mode {mode!r} is not understood; use {' or '.join(MODES)}")
-    backend = table.get("backend", "cpp")
-    if backend not in backend_names():
-        raise ManifestError(f"{where}: unknown backend {backend!r}; choose one of {', '.join(backend_names())}")
-    seconds = table.get("seconds")
-    if seconds is not None and (not isinstance(seconds, (int, float)) or seconds <= 0):
-        raise ManifestError(f"{where}: seconds must be a positive number, got {seconds!r}")
-    dynamic = table.get("dynamic")
-    if dynamic is not None and not isinstance(dynamic, bool):
-        raise ManifestError(f"{where}: dynamic must be true or false, got {dynamic!r}")
-    return ModelSpec(factory, mode, str(table.get("name") or ""), backend,
-                     None if seconds is None else float(seconds), dynamic)
-
-
-# --- the model and its step ---------------------------------------------------------------------------
-
-def load_model(factory: str) -> tuple[Any, tuple, dict]:
-    """``(model, args, kwargs)`` from the factory ``"pkg.module:make"``; ``ModelError`` with the reason."""
-    import torch
-
-    importable_from_cwd()
-    try:
-        make = import_function(factory, f"model {factory!r}")
-    except ManifestError as exc:
-        raise ModelError(str(exc)) from None
-    try:
-        made = make()
-    except Exception as exc:
-        raise ModelError(f"model factory {factory!r} raised {type(exc).__name__}: {_line(exc)}") from None
-    if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], torch.nn.Module)):
-        raise ModelError(f"model factory {factory!r} returned {type(made).__name__}; it must return "
-                         "(model, inputs): an nn.Module and a tensor, a tuple of tensors or a dict of them")
-    model, inputs = made
-    if isinstance(inputs, torch.Tensor):
-        return model, (inputs,), {}
-    if isinstance(inputs, (tuple, list)):
-        return model, tuple(inputs), {}
-    if isinstance(inputs, dict):
-        return model, (), dict(inputs)
-    raise ModelError(f"model factory {factory!r} returned inputs of type {type(inputs).__name__}; give a tensor, "
-                     "a tuple of tensors or a dict of keyword tensors")
-
-
-def training_loss(out: Any) -> Any:
-    """A scalar loss from whatever the model returns (a tensor, a tuple, a Hugging Face output): the mean square
-    of every floating-point tensor in it, in float32, so every output gets a gradient."""
-    import torch
-    from torch.utils._pytree import tree_leaves
-
-    leaves = out.to_tuple() if hasattr(out, "to_tuple") else out
-    tensors = [t for t in tree_leaves(leaves) if isinstance(t, torch.Tensor) and t.is_floating_point()
-               and t.requires_grad]
-    if not tensors:
-        raise ModelError("the model's output holds no floating-point tensor that requires grad: nothing to train")
-    return sum(t.float().square().mean() for t in tensors)
-
-
-def step(model: Any, args: tuple, kwargs: dict, mode: str) -> Callable[[], Any]:
-    """One step of ``model`` in ``mode`` as a no-argument callable (``train`` zeroes the grads first, so every
-    step does the same work)."""
-    import torch
-
-    if mode not in MODES:
-        raise ModelError(f"mode {mode!r} is not understood; use {' or '.join(MODES)}")
-    if mode == "infer":
-        def infer() -> Any:
-            with torch.no_grad():
-                return model(*args, **kwargs)
-        return infer
-    params = [p for p in model.parameters() if p.requires_grad]
-
-    def train() -> Any:
-        for p in params:
-            p.grad = None
-        out = model(*args, **kwargs)
-        training_loss(out).backward()
-        return out
-    return train
-
-
-def prepare(model: Any, mode: str) -> Any:
-    """The model in the mode's state: ``eval()`` to infer, ``train()`` to train."""
-    return model.eval() if mode == "infer" else model.train()
-
-
-# --- capture and profile ------------------------------------------------------------------------------
-
-def capture(spec: ModelSpec, db: Any = None, timed: list | None = None) -> tuple[list[ModelRegion], float, list[Any]]:
-    """The model's distinct regions, largest share of eager's step time first; eager's step time; the graphs'
-    coverage statistics. Runs eager once (inputs that do not fit the model fail here, in one line), then the
-    model through the kernelgen backend twice: once to compile, once profiled. Shares are measured with ATen on
-    one thread (``_one_thread``). With ``timed`` (a list), eager's and the kernelgen step's times (with ``db``'s
-    records), minima of interleaved calls, are appended to it."""
-    import torch
-
-    model, args, kwargs = load_model(spec.factory)
-    prepare(model, spec.mode)
-    eager = step(model, args, kwargs, spec.mode)
-    try:
-        eager()
-    except ModelError:
-        raise
-    except Exception as exc:
-        raise ModelError(f"model {spec.label}: its inputs do not fit it: eager PyTorch raised "
-                         f"{type(exc).__name__}: {_line(exc)}") from None
-    # (one thread throughout: torch's thread count is part of Dynamo's guards, so changing it between the compile
-    # and the profiled step would compile the model again, with regions that have not run yet)
-    with _one_thread(torch):
-        regions, step_s, graphs, run = _profile(spec, model, args, kwargs, eager, db)
-    if timed is not None:  # eager and kernelgen, interleaved, with the threads the user has
-        pairs = [(_min_time(eager, 1), _min_time(run, 1)) for _ in range(5)]
-        timed.extend((min(p[0] for p in pairs), min(p[1] for p in pairs)))
-    return regions, step_s, graphs
-
-
-def _profile(spec: ModelSpec, model: Any, args: tuple, kwargs: dict, eager: Callable[[], Any],
-             db: Any) -> tuple[list[ModelRegion], float, list[Any], Callable[[], Any]]:
-    """``capture``'s measurements: eager's step, the compile step, the profiled step (ATen on one thread)."""
-    import copy
-
-    import torch
-
-    step_s = _min_time(eager)
-    dynamo_backend.register()
-    torch._dynamo.reset()
-    options = {"backend": spec.backend, **({"db": db} if db is not None else {})}
-    compiled = torch.compile(copy.deepcopy(model), backend="kernelgen", options=options, dynamic=spec.dynamic)
-    run = step(compiled, args, kwargs, spec.mode)
-    try:
-        with dynamo_backend.collect() as graphs:
-            run()
-    except Exception as exc:
-        raise ModelError(f"model {spec.label}: torch.compile with the kernelgen backend cannot capture it: "
-                         f"{type(exc).__name__}: {_line(exc)}") from None
-    found: dict[str, ModelRegion] = {}
-
-    def time_aten(kernel: Any, inputs: list) -> None:
-        with torch.no_grad():
-            times = []
-            for _ in range(PROFILE_REPEATS):
-                t0 = time.perf_counter()
-                kernel.gm(*inputs)
-                times.append(time.perf_counter() - t0)
-        for graph in (c["graph"] for c in kernel.compiled.choices()):
-            if tuple(s.shape for s in graph.signature) == tuple(tuple(x.shape) for x in inputs):
-                region = found.setdefault(graph.workload_key, ModelRegion(graph, kernel.template))
-                region.calls += 1
-                region.aten_s += min(times)
-                return
-
-    with region_op.observe(time_aten):
-        run()
-    if not found:
-        left = sorted({reason for g in graphs for reason in g.left.values()})
-        raise ModelError(f"model {spec.label}: the kernelgen backend found no region to tune (Dynamo handed it "
-                         f"{len(graphs)} graph(s){'; ATen kept ops because ' + left[0] if left else ''})")
-    regions = sorted(found.values(), key=lambda r: (-r.aten_s, r.key))
-    for r in regions:
-        r.share = r.aten_s / step_s if step_s > 0 else 0.0
-    return regions, step_s, graphs, run
-
-
-def dispatched(graphs: list[Any]) -> list[dict[str, Any]]:
-    """What each region of the backend's compiled ``graphs`` (``dynamo_backend.collect()``) runs: per region
-    and signature, its ``template``, ``workload_key``, ``implementation``, ``config`` and ``source``."""
-    out = []
-    for stats in graphs:
-        for key in stats.keys:
-            kernel = region_op.kernel_of(key)
-            for choice in kernel.compiled.choices():
-                out.append({"graph": stats.name, "template": kernel.template,
-                            "workload_key": choice["graph"].workload_key, "implementation": choice["implementation"],
-                            "config": None if choice["config"] is None else dict(choice["config"]),
-                            "source": choice["source"]})
-    return out
-
-
-@contextlib.contextmanager
-def _one_thread(torch: Any) -> Iterator[None]:
-    """ATen on one thread while shares are measured: with two threads, a machine whose CPUs other processes hold
-    stalls each parallel op at its barrier for a scheduler slice (a 2-layer GPT-2 step took 14 ms in one window
-    and 392 ms in the next), so minima of a few calls measure the load, not the ops; one thread is slowed only
-    by the share of a CPU it gets, alike for the step and for each region."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _min_time(fn: Callable[[], Any], repeats: int = 5) -> float:
-    # The minimum, as for each region's ATen ops: on a shared machine a step's first calls after a pause can
-    # wait a scheduler slice for a CPU (100 ms on this project's 2-core machine), which is not the model's time.
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 # --- tune ---------------------------------------------------------------------------------------------
@@ -485,7 +198,7 @@ def _tune_region(tune: Callable[..., Any], region: ModelRegion, spec: ModelSpec,
         result = tune(region.graph, backend=spec.backend, db=db, seconds=per_impl, trials=trials, workers=workers,
                       timeout=timeout, retune=retune, time_eager=False, name=name, on_trial=on_trial)
     except KernelgenError as exc:
-        return RegionOutcome(region, error=_line(exc), seconds=time.monotonic() - t0, searched=searched[0])
+        return RegionOutcome(region, error=one_line(exc), seconds=time.monotonic() - t0, searched=searched[0])
     out = RegionOutcome(region, measured=result.measured, searched=searched[0], seconds=time.monotonic() - t0,
                         note=result.note)
     if result.best is None:
@@ -536,14 +249,6 @@ def _log_region(outcome: RegionOutcome, done: int, total: int, stage: str) -> No
                  "" if outcome.measured else " (already tuned)")
 
 
-def _line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:300] or type(exc).__name__
-
-
-def geomean(values: list[float]) -> float | None:
-    values = [v for v in values if v and v > 0]
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
-
-
-__all__ = ["MODEL_KEYS", "MODES", "load_models", "model_spec", "ModelError", "ModelRegion", "ModelResult", "ModelSpec", "RegionOutcome", "capture", "dispatched", "geomean", "speedup_over_aten",
-           "load_model", "prepare", "step", "training_loss", "tune_model"]
+__all__ = ["MODES", "ModelError", "ModelRegion", "ModelResult", "ModelSpec", "RegionOutcome", "capture", "dispatched",
+           "load_model", "load_models", "model_spec", "prepare", "speedup_over_aten", "step", "training_loss",
+           "tune_model"]

@@ -14,7 +14,9 @@ from typing import Any
 from kernelgen.backends import get_backend
 from kernelgen.runtime.implementations import candidates_for
 from kernelgen.runtime.records import usable_best
-from kernelgen.tune.model import ModelResult, ModelSpec, RegionOutcome, capture, speedup_over_aten
+from kernelgen.tune.model import ModelResult, RegionOutcome, speedup_over_aten
+from kernelgen.tune.model_capture import capture
+from kernelgen.tune.model_spec import ModelSpec
 
 
 def model_report(spec: ModelSpec, db: Any) -> dict[str, Any]:
