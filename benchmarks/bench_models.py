@@ -14,7 +14,7 @@ compiler's first-call time beside the tuning time, the max abs error vs eager, w
 (kernels vs their ATen ops) and the load average before and after each model, with the CPU model.
 
     python benchmarks/bench_models.py [--models hf-gpt2,hf-llama,hf-bert,hf-resnet] [--modes infer,train]
-        [--rounds 10] [--tune-seconds 60] [--db URL] [--no-max-autotune] [--hog] [--json]
+        [--rounds 10] [--tune-seconds 60] [--db URL] [--no-max-autotune] [--hog] [--warm-caches] [--json]
 
 ``--hog`` runs the timing rounds while two busy processes load every core (what a shared machine does to each
 compiler); reuse a quiet run's tuned records with ``--db URL``. It prints; it never asserts.
@@ -241,12 +241,18 @@ def main() -> None:
     parser.add_argument("--no-max-autotune", action="store_true", help="skip Inductor's max-autotune column")
     parser.add_argument("--hog", action="store_true", help="time while busy processes load every core")
     parser.add_argument("--json", action="store_true", help="also print the rows as JSON")
+    parser.add_argument("--warm-caches", action="store_true",
+                        help="keep Inductor's and kernelgen's on-disk caches (default: both start empty, so the "
+                             "compile columns are cold compiles)")
     args = parser.parse_args()
     unknown = sorted(set(args.models.split(",")) - set(MODELS))
     if unknown:
         parser.error(f"unknown models {unknown}; choose from {', '.join(MODELS)}")
     dynamo_backend.register()
     with tempfile.TemporaryDirectory(prefix="bench-models-") as tmp:
+        if not args.warm_caches:  # cold compiles: Inductor's and kernelgen's caches start empty (read at first use)
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = f"{tmp}/inductor"
+            os.environ["KERNELGEN_CACHE_DIR"] = f"{tmp}/kernelgen"  # the tuning subprocesses share it
         urls = {"kg-untuned": f"sqlite:///{tmp}/empty.sqlite", "kg-tuned": args.db or f"sqlite:///{tmp}/tuned.sqlite"}
         rows = []
         for name in args.models.split(","):
