@@ -93,7 +93,8 @@ def tune_model(spec: ModelSpec, *, db: Any, seconds: float | None = None, trials
                workers: int = 1, timeout: float = 60.0,
                retune: bool = False, on_region: Callable[[RegionOutcome, ModelResult], None] | None = None,
                tune: Callable[..., Any] | None = None) -> ModelResult:
-    """Capture ``spec``'s model, then tune its regions, largest share first, within ``seconds`` in total.
+    """Capture ``spec``'s model, then tune its regions, largest share first, within ``seconds`` in total (after
+    the capture).
 
     Two passes, unless ``trials`` is given: first every region's candidates at their default configs, side by
     side with its ATen ops (a few measurements each: a model is never left slower than its ATen ops for want of
@@ -109,7 +110,8 @@ def tune_model(spec: ModelSpec, *, db: Any, seconds: float | None = None, trials
     regions, step_s, _ = capture(spec, db)
     result = ModelResult(spec, regions, step_s)
     budget = seconds if seconds is not None else spec.seconds
-    deadline = None if budget is None else start + budget
+    # the budget is the tuning's: capturing a large model under load can take a good part of a minute by itself
+    deadline = None if budget is None else time.monotonic() + budget
     fingerprint = get_backend(spec.backend).target().fingerprint
     passes = [("defaults", 1, retune), ("search", None, True)] if trials is None else [("search", trials, retune)]
     outcomes: dict[str, RegionOutcome] = {}
