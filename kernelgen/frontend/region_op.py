@@ -136,11 +136,14 @@ class RegionKernel:
             return (key_fn, key, _replay, self.gm, "aten") if entry.impl == ATEN else None
         contiguous = tuple(spec.effective_strides() for spec in self.graph.output_specs)
         # (``entry.grad`` does not matter: a region runs without grad; the plan must be the outputs in order)
-        if entry.picks is not None or entry.plan is None or self.strides != contiguous or any(entry.huge) \
+        # (an entry whose ``run`` is not the plain launch, e.g. empty results made by the traced function, keeps
+        # the general path)
+        plain = getattr(entry.run, "__func__", None) is type(entry)._fresh
+        if not plain or entry.picks is not None or entry.plan is None or self.strides != contiguous or any(entry.huge) \
                 or entry.plan.leaves != tuple(("out", k) for k in range(len(entry.outputs))) \
                 or len(entry.outputs) != len(self.strides):
             return None
-        return key_fn, key, _launch_fresh, (entry.launch, entry.outputs), "kernel"
+        return key_fn, key, _launch_fresh, (entry.launch, entry.outputs, entry.device), "kernel"
 
     def _count(self, what: str) -> None:
         if self.counters is not None:
@@ -152,8 +155,8 @@ def _replay(inputs: list, gm: Any) -> list:
 
 
 def _launch_fresh(inputs: list, plan: tuple) -> list:
-    launch, outputs = plan
-    outs = [_empty(shape, dtype=dtype) for shape, dtype in outputs]
+    launch, outputs, device = plan
+    outs = [_empty(shape, dtype=dtype, device=device) for shape, dtype in outputs]
     launch(*inputs, *outs)
     return outs
 

@@ -75,9 +75,10 @@ class DirectPath:
         picks = None if cap.picks == tuple(range(len(full))) else cap.picks
         inputs = [full[i] for i in cap.picks]
         device = next((a.device for a in inputs if isinstance(a, torch.Tensor)), torch.device("cpu"))
-        entry = Entry(guarded(getattr(launcher, "launch", launcher), index_checks(graph)), outputs, plan=cap.plan, picks=picks, device=device,
-                       grad=any(a.requires_grad for a in inputs), replay=cap.replay, impl=impl.name, config=config,
-                       source=source, path=path, digest=impl.source_hash(), reason=reason)
+        entry = Entry(guarded(getattr(launcher, "launch", launcher), index_checks(graph)), outputs, plan=cap.plan,
+                      picks=picks, device=device, grad=any(a.requires_grad for a in inputs), replay=cap.replay,
+                      impl=impl.name, config=config, source=source, path=path, digest=impl.source_hash(),
+                      reason=reason)
         entry.huge = [bool(HUGE_ADVICE) and s.numel * s.itemsize >= HUGE_MIN_BYTES for s in graph.output_specs]
         entry.graph = graph
         return entry
