@@ -93,7 +93,15 @@ An index out of range raises ``error`` (eager's type) before the kernel runs (``
 ``checked``; ``wrap``: a negative index counts from the end; the kernel clamps whatever remains into range.
 ``opmath``: float16/bfloat16 values combine in float32, rounded once at the end (eager's scatter reductions and
 index_add), else at every step (eager's index_put)."""
-OPS = ELEMENTWISE_OPS | REDUCTION_OPS | VIEW_OPS | MOVE_OPS | SCAN_OPS | WINDOW_OPS | SCATTER_OPS | {
+SORT_OPS = frozenset({"sort", "argsort"})
+"""A stable sort along dim ``dim`` (``descending`` or not) of their one input, same shape: ``sort`` gives the values
+(the input's dtype), ``argsort`` the int64 positions along ``dim`` they came from. Eager's order: NaN greater than
+everything (last ascending, first descending), -0.0 equal to 0.0, ties (equal keys) in increasing position."""
+SEARCH_OPS = frozenset({"bucketize"})
+"""``bucketize(x, boundaries; right)``: per element of ``x`` (already in the comparison dtype), eager's binary search
+over the 1-d ``boundaries`` (an input of that dtype): the first position whose boundary is not below ``x`` (``right``:
+not at or below it), int64 or int32 as the node's dtype; NaN searches to the end as eager's does."""
+OPS = ELEMENTWISE_OPS | REDUCTION_OPS | VIEW_OPS | MOVE_OPS | SCAN_OPS | WINDOW_OPS | SCATTER_OPS | SORT_OPS | SEARCH_OPS | {
     "input", "matmul", "attention", "attention_lse", "attention_grad", "custom_call"}
 """Every op a Graph may hold. Attributes: input(index), const(value), gelu(approximate: "none"|"tanh"),
 reduction ops (dims: the reduced dims, absent for the last one; always keepdim), attention(causal, scale) reading
@@ -102,7 +110,7 @@ attention_grad(part: "q" | "k" | "v", causal, scale) reading (grad_out, q, k, v,
 attention with respect to q, k or v, recomputed from the saved logsumexp as ATen's flash backward does,
 custom_call(name), cat(dim), pad(pads), gather(wrap), cumsum/cumprod/logcumsumexp(dim), window/window_grad(reduce, kernel, stride,
 padding, dilation, adaptive, count_include_pad, divisor), scatter/index_put(dim, reduce, include_self, checked, wrap,
-error, opmath)."""
+error, opmath), sort/argsort(dim, descending), bucketize(right)."""
 
 
 @dataclass(frozen=True)
@@ -328,4 +336,4 @@ def prune(graph: Graph) -> Graph:
 
 
 __all__ = ["Graph", "Node", "OPS", "ELEMENTWISE_OPS", "INDEX_REDUCTIONS", "MOVE_OPS", "PREDICATE_OPS", "REDUCTION_OPS",
-           "SCAN_OPS", "SCATTER_OPS", "WINDOW_OPS", "GraphBuilder", "NodeRef", "broadcast_shapes", "encode_pads", "pad_pairs", "prune", "reduced_dims"]
+           "SCAN_OPS", "SCATTER_OPS", "SEARCH_OPS", "SORT_OPS", "WINDOW_OPS", "GraphBuilder", "NodeRef", "broadcast_shapes", "encode_pads", "pad_pairs", "prune", "reduced_dims"]

@@ -62,6 +62,16 @@ def evaluate(graph: Graph, inputs: Sequence[Any], custom_calls: Callable[[str], 
     values: list[Any] = []
     for node in graph.nodes:
         shapes = [graph.nodes[j].spec.shape for j in node.inputs]  # a const's value is 0-d whatever its spec
+        if node.op in ("sort", "argsort"):  # keys as eager holds them: a float16 value rounded to float16
+            key = graph.nodes[node.inputs[0]].spec.dtype
+            values.append(_sort(torch, node, values[node.inputs[0]].expand(shapes[0]).to(getattr(torch, key))))
+            continue
+        if node.op == "bucketize":  # eager's search on x rounded to its dtype, against the boundaries as stored
+            x, edges = (graph.nodes[j].spec for j in node.inputs)
+            values.append(torch.bucketize(values[node.inputs[0]].expand(x.shape).to(getattr(torch, x.dtype)),
+                                          values[node.inputs[1]].to(getattr(torch, edges.dtype)),
+                                          right=node.attr("right")).to(getattr(torch, node.spec.dtype)))
+            continue
         values.append(_eval_node(torch, ops, node, values, inputs, custom_calls, shapes))
     return [values[i].to(getattr(torch, graph.nodes[i].spec.dtype)).reshape(graph.nodes[i].spec.shape)
             for i in graph.outputs]
@@ -165,6 +175,12 @@ def _eval_node(torch: Any, ops: dict, node: Node, values: list, inputs: Sequence
             raise KernelgenError(f"custom call {node.attr('name')!r} needs the registry to evaluate")
         return custom_calls(node.attr("name"))(*args)
     raise KernelgenError(f"reference evaluation has no rule for op {op!r}")
+
+
+def _sort(torch: Any, node: Node, x: Any) -> Any:
+    """A sort node through eager's stable sort: the values (in their compute dtype) or the int64 positions."""
+    pair = torch.sort(x, dim=node.attr("dim"), descending=node.attr("descending"), stable=True)
+    return pair.values.to(_compute_dtype(torch, x.dtype)) if node.op == "sort" else pair.indices
 
 
 def _window(torch: Any, node: Node, args: list, input_shapes: Sequence[Any]) -> Any:

@@ -2,7 +2,7 @@
 
 Every rule module is imported here so the table (``kernelgen.lowering.rules.RULES``) is complete before the
 first lookup: ``elementwise``, ``composite``, ``reduction``, ``pointwise``, ``moves``, ``scans``, ``windows``,
-``scatters`` and ``aten``.
+``scatters``, ``sorts`` and ``aten``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from kernelgen.ir.graph import NodeRef
 from kernelgen.ir.values import TensorSpec
 # Imported for their registrations: the table is complete once this module is.
 from kernelgen.lowering import (composite, elementwise, moves, pointwise, reduction, scans, scatters,  # noqa: F401
-                                windows)
+                                sorts, windows)
 from kernelgen.lowering.aten import aten_name
 from kernelgen.lowering.rules import RULES
 
