@@ -6,7 +6,7 @@ so load changes hit both alike), their ratio, and whether the results agree. Wor
 (values and indices) and backward at a ResNet stem size, the same with eval-mode batch norm + ReLU in front
 (one kernelgen kernel, three ATen ops), average pooling forward and backward; the embedding backward's
 accumulation (as ATen's own op, scatter_add and index_put) at a GPT-2-small size; the attention backward at two
-training sizes.
+training sizes; a stable sort of sampler logits and a bucketize.
 
     python benchmarks/bench_ops.py [--reps 15] [--only max_pool]
 
@@ -111,8 +111,25 @@ def attention_backward() -> list[tuple[str, Callable, Callable, tuple]]:
     return rows
 
 
+def sorts() -> list[tuple[str, Callable, Callable, tuple]]:
+    """A top-p sampler's stable descending sort of [32, 32000] logits (values and positions), and bucketize of
+    a million values into 1024 boundaries."""
+    g = torch.Generator().manual_seed(0)
+    logits, values = torch.randn(32, 32000, generator=g), torch.randn(1 << 20, generator=g)
+    edges = torch.linspace(-3, 3, 1024)
+
+    def sort_desc(x):
+        return torch.sort(x, dim=-1, descending=True, stable=True)
+
+    def bucketize(x, b):
+        return torch.bucketize(x, b)
+
+    return [("sort stable desc [32,32000]", sort_desc, sort_desc, (logits,)),
+            ("bucketize [1M] in 1024", bucketize, bucketize, (values, edges))]
+
+
 def workloads() -> list[tuple[str, Callable, Callable, tuple]]:
-    return pooling() + scatters() + attention_backward()
+    return pooling() + scatters() + attention_backward() + sorts()
 
 
 def _agree(got: Any, want: Any) -> str:
