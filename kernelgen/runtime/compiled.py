@@ -22,7 +22,7 @@ from kernelgen.errors import InputMismatchError, KernelgenError
 from kernelgen.ir.values import SUPPORTED_DTYPES
 from kernelgen.runtime import autograd
 from kernelgen.runtime import dynamic as dyn
-from kernelgen.runtime.direct import DirectPath
+from kernelgen.runtime.direct import NO_KERNEL, DirectPath
 from kernelgen.runtime.entry import Entry, advise_huge, bind_torch
 from kernelgen.runtime.explain import Explain
 from kernelgen.runtime.family_path import FamilyPath
@@ -262,8 +262,9 @@ class CompiledFunction(DirectPath, GraphPath, FamilyPath, RecordChoice, Explain)
             if self.variants >= self.max_variants:
                 return self._over_limit()
             entry = self._build_kernel(full, layout, n_values, backend)
-            # a custom call's library serves every shape (built once per source): not a shape variant
-            self.variants += not entry.eager and not entry.impl.startswith("custom:")
+            # a custom call's library serves every shape (built once per source): not a shape variant; nor is a
+            # graph with nothing to compute (empty results, identities: no kernel is built)
+            self.variants += not entry.eager and not entry.impl.startswith("custom:") and entry.impl not in NO_KERNEL
             return entry
         except KernelgenError:
             raise

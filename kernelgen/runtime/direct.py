@@ -21,6 +21,9 @@ from kernelgen.runtime.outputs import CONST
 
 log = logging.getLogger("kernelgen.runtime")
 
+# The implementations of graphs with nothing to compute: no kernel is built, so they are no shape variant
+NO_KERNEL = frozenset({"identity", "empty"})
+
 
 class DirectPath:
     """Build the kernel of one signature's traced graph."""
@@ -120,4 +123,4 @@ def _nothing(*tensors: Any) -> None:
     """The launch of a graph with nothing to compute."""
 
 
-__all__ = ["DirectPath"]
+__all__ = ["NO_KERNEL", "DirectPath"]
