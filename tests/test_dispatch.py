@@ -240,3 +240,16 @@ def test_auto_backend_follows_the_tensors_device_on_a_machine_with_a_gpu(monkeyp
     torch.testing.assert_close(fast(x, b), torch.relu(x + b))
     what = fast.explain(x, b)
     assert what["implementation"] == "pointwise" and str(what["source_path"]).endswith(".cpp")
+
+
+def test_an_unusable_database_is_reported_once_and_kernels_still_run(caplog):
+    """A database URL that cannot serve costs the records, not the kernels: one warning per process (a model has
+    dozens of regions) that says the kernels run on their default configs, never that they run eagerly."""
+    url = "not-a-url-for-this-test"
+    fs = [compile(lambda x, b, k=k: F.gelu(x + b) * k, backend="cpp", db=url) for k in (2.0, 3.0)]
+    with caplog.at_level(logging.WARNING, logger="kernelgen"):
+        for k, f in zip((2.0, 3.0), fs):
+            torch.testing.assert_close(f(X, B), F.gelu(X + B) * k)
+            assert f.explain(X, B)["implementation"] == "pointwise"
+    said = [r.getMessage() for r in caplog.records if url in r.getMessage()]
+    assert len(said) == 1 and "default configs" in said[0] and "eagerly" not in said[0], said

@@ -2,7 +2,7 @@
 graph on a target, tuned first with ``tune="auto"`` through the tuner the public API installs.
 
 A mixin: it reads ``db_arg``, ``team_db``, ``trials``, ``seconds``, ``tune``, ``__name__`` and
-``workload_name`` of the compiled function, and its ``_log_once``.
+``workload_name`` of the compiled function. A database that cannot serve is reported once per process.
 """
 
 from __future__ import annotations
@@ -21,6 +21,16 @@ from kernelgen.runtime.seams import installed_tuner
 log = logging.getLogger("kernelgen.runtime")
 _DBS: dict[tuple, Any] = {}  # open databases by (url, team url): opening one costs ~30 ms
 _DB_LOCK = threading.Lock()
+_DB_WARNED: set[str] = set()  # database problems already reported: once per process, not once per region
+
+
+def _warn_db(problem: str) -> None:
+    """Say once that the tuning database cannot serve (kernels still run, on their default configs)."""
+    with _DB_LOCK:
+        if problem in _DB_WARNED:
+            return
+        _DB_WARNED.add(problem)
+    log.warning("kernelgen: %s; kernels run on their default configs", problem)
 
 
 GEMM_PAIR = ("aten_gemm", "gemm")  # ATen's matmul + epilogue vs the generated GEMM: the pair families rank
@@ -111,7 +121,7 @@ class RecordChoice:
                              self.__name__, best.implementation, dict(best.config), family)
                     return best
         except KernelgenError as exc:
-            self._log_once(f"tuning database lookup failed ({exc}); using default configs")
+            _warn_db(f"tuning database lookup failed ({exc})")
         return None
 
     def _ranked(self, impls: list, target: Any) -> list:
@@ -159,12 +169,12 @@ class RecordChoice:
                 return None
             raise
         except KernelgenError as exc:
-            self._log_once(f"tuning database unavailable ({exc}); using default configs")
+            _warn_db(f"tuning database unavailable ({exc})")
             return None
         try:
             return usable_best(db, graph.workload_key, target.fingerprint, impls)
         except KernelgenError as exc:
-            self._log_once(f"tuning database lookup failed ({exc}); using default configs")
+            _warn_db(f"tuning database lookup failed ({exc})")
             return None
 
     def _tune(self, graph: Any, backend: str) -> Any:
