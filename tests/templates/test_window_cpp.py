@@ -41,3 +41,22 @@ def test_compiled_pooling_with_indices_and_its_gradient_match_eager():
     want_values, want_indices = fn(x)
     assert torch.equal(values, want_values) and torch.equal(indices, want_indices)
     assert f.explain(x)["implementation"] == "window"
+
+
+@pytest.mark.parametrize("scatter", [True, False], ids=["at-indices", "windows-read"])
+def test_max_pool_gradient_of_indices_no_window_holds_matches_the_reference(scatter):
+    """The dispatch check runs a max pool's gradient on random indices, some outside the plane or outside their
+    window (a forward never makes those; eager writes wherever they point): both ways of computing it add nothing
+    for them, as the IR reference does, and equal each other and eager on real indices, to the bit."""
+    from kernelgen.ir.values import Config
+
+    fn = window_cases.max_pool_backward_relu_backward
+    g_, x, i, y = torch.randn(2, 3, 5, 6), torch.randn(2, 3, 9, 11), None, torch.randn(2, 3, 9, 11)
+    _, real = torch.nn.functional.max_pool2d(x, 3, 2, 1, return_indices=True)
+    shuffled = torch.randint(-5, 9 * 11 + 5, real.shape)
+    for i in (real, shuffled):
+        graph, outs = run_kernel(fn, (g_, x, i, y), "cpp", "window",
+                                 Config({"schedule": "static", "tile": 64, "scatter": scatter}))
+        torch.testing.assert_close(outs[0], evaluate(graph, [g_, x, i, y])[0], rtol=0, atol=0)
+        if i is real:
+            torch.testing.assert_close(outs[0], fn(g_, x, i, y), rtol=0, atol=0)
