@@ -39,18 +39,19 @@ def _accumulator(dtype: str, interpreter: bool) -> str:
     return "tl.float32" if dtype.startswith("float") or dtype == "bfloat16" else "tl.int64"
 
 
-def render(problem: ScanProblem, config: Config, target: Target) -> Source:
+def row_program(problem: ScanProblem, what: str, max_row: int, entry: str) -> tuple[list[str], int, str, str]:
+    """The head of a one-program-per-row kernel over ``problem``'s rows (a scan's or a sort's: both have ``rows``,
+    ``length``, ``dim``, ``row_dims()`` and ``out_strides()``): its signature, the row's coordinates and mask.
+    ``(lines, block, base, along)``: the row's power-of-two block, and the offsets of the row's start and of lane
+    ``k`` along the row in the outputs. ``UnsupportedOpError`` for a row past ``max_row`` elements (eager runs)."""
     graph, shape = problem.graph, problem.shape
-    node = graph.nodes[problem.scan]
-    dtype = node.spec.dtype
     block = pow2_at_least(problem.length)
-    if block > MAX_ROW:
-        raise UnsupportedOpError(f"scan rows of {problem.length} elements exceed the Triton scan's {MAX_ROW}; "
+    if block > max_row:
+        raise UnsupportedOpError(f"{what} rows of {problem.length} elements exceed the Triton {what}'s {max_row}; "
                                  "eager PyTorch runs this graph")
-    interp = target.kind == "cpu"
     extents = [sum((s - 1) * st for s, st in zip(spec.shape, spec.effective_strides())) + 1 for spec in graph.signature]
     index_64 = max([problem.rows * problem.length, *extents]) >= 2**31
-    lines = ["@triton.jit", f"def {ENTRY}({', '.join(kernel_params(graph))}, BLOCK: tl.constexpr):",
+    lines = ["@triton.jit", f"def {entry}({', '.join(kernel_params(graph))}, BLOCK: tl.constexpr):",
              "    r = tl.program_id(0)" + (".to(tl.int64)" if index_64 else ""),
              "    k = tl.arange(0, BLOCK)",
              f"    mask = k < {problem.length}"]
@@ -64,6 +65,15 @@ def render(problem: ScanProblem, config: Config, target: Target) -> Source:
     strides = problem.out_strides()
     base = " + ".join(f"i{d} * {strides[d]}" for d in row_dims) or "0"
     along = "k" if strides[problem.dim] == 1 else f"k * {strides[problem.dim]}"
+    return lines, block, base, along
+
+
+def render(problem: ScanProblem, config: Config, target: Target) -> Source:
+    graph = problem.graph
+    node = graph.nodes[problem.scan]
+    dtype = node.spec.dtype
+    interp = target.kind == "cpu"
+    lines, block, base, along = row_program(problem, "scan", MAX_ROW, ENTRY)
     expansion = expand(graph, problem.coords(), COORDS, roots=(problem.source, *graph.outputs),
                        given={problem.scan: "sv"})
     names = leaf_names(expansion, lines, interp)  # a load whose offset has no ``k`` is one element of the row

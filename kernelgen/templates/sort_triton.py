@@ -14,14 +14,14 @@ from __future__ import annotations
 import json
 
 from kernelgen.codegen.cpp_expr import dag_nodes
-from kernelgen.codegen.triton_expr import HEADER, ExprEmitter, kernel_params, pow2_at_least, signature_json, to_storage
+from kernelgen.codegen.triton_expr import HEADER, ExprEmitter, signature_json, to_storage
 from kernelgen.codegen.triton_types import to_compute
-from kernelgen.errors import UnsupportedOpError
 from kernelgen.ir.space import Param, SearchSpace
 from kernelgen.ir.target import Target
 from kernelgen.ir.values import Config, FrozenMap, Source
 from kernelgen.templates.moves import expand
 from kernelgen.templates.pointwise_triton import COORDS, leaf_names
+from kernelgen.templates.scan_triton import row_program
 from kernelgen.templates.sort import SortProblem
 
 ENTRY = "kg_sort"
@@ -86,29 +86,10 @@ def _network(block: int, n: int) -> list[str]:
 
 
 def render(problem: SortProblem, config: Config, target: Target) -> Source:
-    graph, shape = problem.graph, problem.shape
+    graph = problem.graph
     dtype = graph.nodes[problem.source].spec.dtype
-    block = pow2_at_least(problem.length)
-    if block > MAX_ROW:
-        raise UnsupportedOpError(f"sort rows of {problem.length} elements exceed the Triton sort's {MAX_ROW}; "
-                                 "eager PyTorch runs this graph")
     interp = target.kind == "cpu"
-    extents = [sum((s - 1) * st for s, st in zip(spec.shape, spec.effective_strides())) + 1 for spec in graph.signature]
-    index_64 = max([problem.rows * problem.length, *extents]) >= 2**31
-    lines = ["@triton.jit", f"def {ENTRY}({', '.join(kernel_params(graph))}, BLOCK: tl.constexpr):",
-             "    r = tl.program_id(0)" + (".to(tl.int64)" if index_64 else ""),
-             "    k = tl.arange(0, BLOCK)",
-             f"    mask = k < {problem.length}"]
-    row_dims = problem.row_dims()
-    if row_dims:
-        lines.append("    rem = r")
-        for d in reversed(row_dims[1:]):
-            lines.append(f"    i{d} = rem % {shape[d]}")
-            lines.append(f"    rem = rem // {shape[d]}")
-        lines.append(f"    i{row_dims[0]} = rem")
-    strides = problem.out_strides()
-    base = " + ".join(f"i{d} * {strides[d]}" for d in row_dims) or "0"
-    along = "k" if strides[problem.dim] == 1 else f"k * {strides[problem.dim]}"
+    lines, block, base, along = row_program(problem, "sort", MAX_ROW, ENTRY)
     expansion = expand(graph, problem.coords(), COORDS, roots=(problem.source, *graph.outputs), given=problem.given())
     names = leaf_names(expansion, lines, interp)
     g2 = expansion.graph
