@@ -8,7 +8,9 @@ adaptive window (rare past global pooling, which is a mean) loops over each elem
 keeps eager's test (``v > m || isnan(v)``: the first maximum, the last NaN), an argmax the flat index of that
 pick (the first tap always taken, as eager's initial index), an average its sum divided by eager's divisor.
 Backward: each input element takes the windows holding it in increasing output order (the order eager's
-scatter adds in), so a float32 gradient is eager's to the bit.
+scatter adds in), so a float32 gradient is eager's to the bit; a max pool's gradient by default adds each output's
+gradient at its recorded index instead, a plane at a time in output order (eager's order too, one index read per
+output instead of one per window holding each input element: ``_backward_planes``).
 """
 
 from __future__ import annotations
