@@ -9,12 +9,12 @@ scanned dim is ``k`` through ``kernelgen.templates.moves.expand``; the scan node
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from kernelgen.ir.graph import ELEMENTWISE_OPS, MOVE_OPS, SCAN_OPS, Graph
+from kernelgen.ir.graph import SCAN_OPS, Graph
 from kernelgen.templates.base import Problem, Template
-from kernelgen.templates.indexing import is_input_view
-from kernelgen.templates.moves import renderable
+from kernelgen.templates.moves import fuses_around
 
 ACCUMULATOR = {"float16": "float32", "bfloat16": "float32", "float32": "float64", "float64": "float64"}
 """Eager's CPU accumulator dtype per result dtype (``at::acc_type<T, false>``); every integer is int64."""
@@ -36,10 +36,7 @@ class ScanProblem(Problem):
 
     @property
     def rows(self) -> int:
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n // self.length
+        return math.prod(self.shape) // self.length
 
     @property
     def length(self) -> int:
@@ -73,19 +70,8 @@ class ScanTemplate(Template):
         shape = graph.nodes[scan].spec.shape
         if not shape or 0 in shape or any(spec.shape != shape for spec in graph.output_specs):
             return None
-        allowed = ELEMENTWISE_OPS | MOVE_OPS
-        if any(i != scan and not is_input_view(graph, i) and n.op not in allowed for i, n in enumerate(graph.nodes)):
+        if not fuses_around(graph, [scan]):
             return None
-        if not renderable(graph):
-            return None
-        below = {scan}  # the scan's running value exists at the current coordinate only: no move may shift it
-        for i, node in enumerate(graph.nodes):
-            if any(j in below for j in node.inputs):
-                if node.op in MOVE_OPS:
-                    return None
-                below.add(i)
-        if any(is_input_view(graph, o) for o in graph.outputs) or len(set(graph.outputs)) != len(graph.outputs):
-            return None  # returning an input (or the same value twice) is a copy, not a kernel
         return ScanProblem(graph=graph, shape=shape, scan=scan, source=graph.nodes[scan].inputs[0],
                            dim=graph.nodes[scan].attr("dim", len(shape) - 1))
 

@@ -9,12 +9,13 @@ boundary list with NaN in it) lands where eager's search lands. The bucket is th
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from kernelgen.ir.graph import ELEMENTWISE_OPS, MOVE_OPS, SEARCH_OPS, Graph
+from kernelgen.ir.graph import SEARCH_OPS, Graph
 from kernelgen.templates.base import Problem, Template
-from kernelgen.templates.indexing import input_view, is_input_view
-from kernelgen.templates.moves import renderable
+from kernelgen.templates.indexing import input_view
+from kernelgen.templates.moves import fuses_around
 
 
 @dataclass(frozen=True)
@@ -31,10 +32,7 @@ class SearchProblem(Problem):
 
     @property
     def numel(self) -> int:
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n
+        return math.prod(self.shape)
 
     def coords(self) -> tuple[str, ...]:
         """``c<d>`` on every dim of size > 1 (the renderers define them from the flat index), "0" on the others."""
@@ -53,18 +51,8 @@ class SearchTemplate(Template):
         view = input_view(graph, search.inputs[1])
         if 0 in shape or view is None or any(spec.shape != shape for spec in graph.output_specs):
             return None
-        allowed = ELEMENTWISE_OPS | MOVE_OPS
-        if any(i != searches[0] and not is_input_view(graph, i) and n.op not in allowed
-               for i, n in enumerate(graph.nodes)) or not renderable(graph):
+        if not fuses_around(graph, [searches[0]]):
             return None
-        below = {searches[0]}  # the bucket exists at the current coordinate only: no move may shift it
-        for i, node in enumerate(graph.nodes):
-            if any(j in below for j in node.inputs):
-                if node.op in MOVE_OPS:
-                    return None
-                below.add(i)
-        if any(is_input_view(graph, o) for o in graph.outputs) or len(set(graph.outputs)) != len(graph.outputs):
-            return None  # returning an input (or the same value twice) is a copy, not a kernel
         arg, (count,), (stride,) = view
         return SearchProblem(graph=graph, shape=shape, search=searches[0], source=search.inputs[0], arg=arg,
                              count=count, stride=stride if count > 1 else 0, right=bool(search.attr("right")))

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernelgen.ir.graph import ELEMENTWISE_OPS, MOVE_OPS, SORT_OPS, Graph
+from kernelgen.ir.graph import SORT_OPS, Graph
 from kernelgen.templates.base import Template
-from kernelgen.templates.indexing import is_input_view
-from kernelgen.templates.moves import renderable
+from kernelgen.templates.moves import fuses_around
 from kernelgen.templates.scan import ScanProblem
 
 
@@ -47,19 +46,8 @@ class SortTemplate(Template):
         shape = first.spec.shape
         if not shape or 0 in shape or any(spec.shape != shape for spec in graph.output_specs):
             return None
-        allowed = ELEMENTWISE_OPS | MOVE_OPS
-        if any(i not in sorts and not is_input_view(graph, i) and n.op not in allowed for i, n in enumerate(graph.nodes)):
+        if not fuses_around(graph, sorts):
             return None
-        if not renderable(graph):
-            return None
-        below = set(sorts)  # the sorted row exists at the current output coordinate only: no move may shift it
-        for i, node in enumerate(graph.nodes):
-            if any(j in below for j in node.inputs):
-                if node.op in MOVE_OPS:
-                    return None
-                below.add(i)
-        if any(is_input_view(graph, o) for o in graph.outputs) or len(set(graph.outputs)) != len(graph.outputs):
-            return None  # returning an input (or the same value twice) is a copy, not a kernel
         by_op = {graph.nodes[i].op: i for i in sorts}
         return SortProblem(graph=graph, shape=shape, scan=sorts[0], source=first.inputs[0], dim=first.attr("dim"),
                            descending=bool(first.attr("descending")), values=by_op.get("sort"),
