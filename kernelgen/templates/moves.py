@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kernelgen.ir.graph import ELEMENTWISE_OPS, MOVE_OPS, Graph, Node, GraphBuilder, pad_pairs
+from kernelgen.ir.graph import Graph, Node, GraphBuilder, pad_pairs
 from kernelgen.ir.values import TensorSpec
-from kernelgen.templates.indexing import input_view, is_input_view
+from kernelgen.templates.indexing import input_view
 
 Coords = tuple[str, ...]  # one integer expression per dim of a node's shape
 
@@ -82,23 +82,6 @@ def renderable(graph: Graph) -> bool:
     """Whether ``expand`` can render every move: a gather's index must be read from an input (its value is a
     coordinate, so it cannot be an expression of the IR's ops)."""
     return all(input_view(graph, n.inputs[1]) is not None for n in graph.nodes if n.op in ("gather", "take_along"))
-
-
-def fuses_around(graph: Graph, centers: set[int] | list[int]) -> bool:
-    """Whether everything but the ``centers`` (a scan's, sort's or search's node, whose value exists at the
-    current coordinate only) is an elementwise or move op ``expand`` renders around them: no move reads a value
-    computed from a center (it would shift it), and no output is an input or the same value twice (a copy, not a
-    kernel)."""
-    below = set(centers)
-    if any(i not in below and not is_input_view(graph, i) and n.op not in ELEMENTWISE_OPS | MOVE_OPS
-           for i, n in enumerate(graph.nodes)) or not renderable(graph):
-        return False
-    for i, node in enumerate(graph.nodes):
-        if any(j in below for j in node.inputs):
-            if node.op in MOVE_OPS:
-                return False
-            below.add(i)
-    return not any(is_input_view(graph, o) for o in graph.outputs) and len(set(graph.outputs)) == len(graph.outputs)
 
 
 def touches_dim0(graph: Graph) -> bool:
@@ -331,5 +314,5 @@ def expand(graph: Graph, coords: Coords, syntax: CoordSyntax, roots: Sequence[in
     return Expansion(Graph(tuple(ex.builder.nodes), outputs), ex.leaves)
 
 
-__all__ = ["Coords", "CoordSyntax", "Expansion", "LoadLeaf", "MOVES", "NamedLeaf", "TestLeaf", "expand", "fit", "fuses_around", "renderable",
+__all__ = ["Coords", "CoordSyntax", "Expansion", "LoadLeaf", "MOVES", "NamedLeaf", "TestLeaf", "expand", "fit", "renderable",
            "touches_dim0"]

@@ -12,9 +12,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kernelgen.ir.graph import SCAN_OPS, Graph
+from kernelgen.ir.graph import ELEMENTWISE_OPS, MOVE_OPS, SCAN_OPS, Graph
 from kernelgen.templates.base import Problem, Template
-from kernelgen.templates.moves import fuses_around
+from kernelgen.templates.indexing import is_input_view
+from kernelgen.templates.moves import renderable
 
 ACCUMULATOR = {"float16": "float32", "bfloat16": "float32", "float32": "float64", "float64": "float64"}
 """Eager's CPU accumulator dtype per result dtype (``at::acc_type<T, false>``); every integer is int64."""
@@ -23,6 +24,24 @@ IDENTITY = {"cumsum": 0, "cumprod": 1, "logcumsumexp": "-inf"}
 
 def accumulator(dtype: str) -> str:
     return ACCUMULATOR.get(dtype, "int64")
+
+
+def fuses_around(graph: Graph, centers: set[int] | list[int]) -> bool:
+    """Whether everything but the ``centers`` (a scan's, sort's or search's node, whose value exists at the
+    current coordinate only) is an elementwise or move op ``expand`` renders around them: no move reads a value
+    computed from a center (it would shift it), and no output is an input or the same value twice (a copy, not a
+    kernel). (Here, not in ``templates.moves``: every template's implementation hash covers the modules it
+    imports, and the pointwise template's records should not change with the row templates' rule.)"""
+    below = set(centers)
+    if any(i not in below and not is_input_view(graph, i) and n.op not in ELEMENTWISE_OPS | MOVE_OPS
+           for i, n in enumerate(graph.nodes)) or not renderable(graph):
+        return False
+    for i, node in enumerate(graph.nodes):
+        if any(j in below for j in node.inputs):
+            if node.op in MOVE_OPS:
+                return False
+            below.add(i)
+    return not any(is_input_view(graph, o) for o in graph.outputs) and len(set(graph.outputs)) == len(graph.outputs)
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,17 @@ def _update(op: str, dtype: str, x: str) -> str:
     return f"acc = (int64_t)((uint64_t)acc {_INFIX[op]} (uint64_t)(int64_t)({x}));"
 
 
+def row_coordinates(row_dims: list[int], shape: tuple) -> list[str]:
+    """C++ defining ``i<d>`` for each row dim from the row index ``r`` (outermost first; the outermost needs no
+    size, so it may be the run-time ``n0``)."""
+    if not row_dims:
+        return []
+    lines = ["    int64_t rem = r;"]
+    for d in reversed(row_dims[1:]):
+        lines.append(f"    const int64_t i{d} = rem % {shape[d]}; rem /= {shape[d]};")
+    return lines + [f"    const int64_t i{row_dims[0]} = rem;"]
+
+
 def render(problem: ScanProblem, config: Config, target: Target) -> Source:
     """C++ source of the kernel; ``ValueError`` for a config outside ``space(problem, target)``."""
     problems = space(problem, target).violations(config)
@@ -76,11 +87,7 @@ def render(problem: ScanProblem, config: Config, target: Target) -> Source:
               f"  #pragma omp parallel for schedule({config['schedule']}) num_threads(num_threads) "
               f"if(rows > 1 && rows * n >= {PARALLEL_MIN})",
               "  for (int64_t r = 0; r < rows; ++r) {"]
-    if row_dims:
-        lines.append("    int64_t rem = r;")
-        for d in reversed(row_dims[1:]):
-            lines.append(f"    const int64_t i{d} = rem % {shape[d]}; rem /= {shape[d]};")
-        lines.append(f"    const int64_t i{row_dims[0]} = rem;")  # the outermost needs no size (it may be n0)
+    lines += row_coordinates(row_dims, shape)
     start = IDENTITY[node.op] if not isinstance(IDENTITY[node.op], str) else \
         cpp_expr.literal(IDENTITY[node.op], accumulator(dtype))
     lines += [f"    const int64_t base = {base};", f"    acc_t acc = {start};",
@@ -92,4 +99,4 @@ def render(problem: ScanProblem, config: Config, target: Target) -> Source:
                                                               **dynamic_meta(graph, dyn)))
 
 
-__all__ = ["ENTRY", "render", "space"]
+__all__ = ["ENTRY", "render", "row_coordinates", "space"]

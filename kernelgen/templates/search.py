@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from kernelgen.ir.graph import SEARCH_OPS, Graph
 from kernelgen.templates.base import Problem, Template
 from kernelgen.templates.indexing import input_view
-from kernelgen.templates.moves import fuses_around
+from kernelgen.templates.scan import fuses_around
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 from kernelgen.ir.graph import SORT_OPS, Graph
 from kernelgen.templates.base import Template
-from kernelgen.templates.moves import fuses_around
-from kernelgen.templates.scan import ScanProblem
+from kernelgen.templates.scan import ScanProblem, fuses_around
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from kernelgen.ir.values import Config, FrozenMap, Source
 from kernelgen.templates.indexing import dynamic_meta, dynamic_source
 from kernelgen.templates.moves import expand, touches_dim0
 from kernelgen.templates.pointwise_cpp import COORDS, PARALLEL_MIN, leaf_env
+from kernelgen.templates.scan_cpp import row_coordinates
 from kernelgen.templates.sort import SortProblem
 
 ENTRY = "kg_sort"
@@ -73,11 +74,7 @@ def render(problem: SortProblem, config: Config, target: Target) -> Source:
               "  std::vector<int64_t> order(n);",
               f"  #pragma omp for schedule({config['schedule']})",
               "  for (int64_t r = 0; r < rows; ++r) {"]
-    if row_dims:
-        lines.append("    int64_t rem = r;")
-        for d in reversed(row_dims[1:]):
-            lines.append(f"    const int64_t i{d} = rem % {shape[d]}; rem /= {shape[d]};")
-        lines.append(f"    const int64_t i{row_dims[0]} = rem;")  # the outermost needs no size (it may be n0)
+    lines += row_coordinates(row_dims, shape)
     lines += [f"    const int64_t base = {base};", "    for (int64_t k = 0; k < n; ++k) {"]
     lines += ["      " + line for line in prologue]
     lines += [f"      keys[k] = {key};", "      order[k] = k;", "    }",
