@@ -15,6 +15,7 @@ compiler's first-call time beside the tuning time, the max abs error vs eager, w
 
     python benchmarks/bench_models.py [--models hf-gpt2,hf-llama,hf-bert,hf-resnet] [--modes infer,train]
         [--rounds 10] [--tune-seconds 60] [--db URL] [--no-max-autotune] [--hog] [--warm-caches] [--json]
+        [--default-malloc]
 
 ``--hog`` runs the timing rounds while two busy processes load every core (what a shared machine does to each
 compiler); reuse a quiet run's tuned records with ``--db URL``. It prints; it never asserts.
@@ -49,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from kernelgen.frontend import dynamo_backend  # noqa: E402
+from kernelgen.runtime import memory  # noqa: E402
 from kernelgen.tune.model import dispatched, load_model, prepare, step  # noqa: E402
 
 MODELS = {"hf-gpt2": "examples.hf_models:gpt2", "hf-llama": "examples.hf_models:llama",
@@ -192,7 +194,8 @@ def geomean(values: list[float]) -> float | None:
 
 def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; torch {torch.__version__}, threads={torch.get_num_threads()};"
-          f" {args.rounds} interleaved rounds, medians{'; TWO BUSY PROCESSES LOAD EVERY CORE' if args.hog else ''}")
+          f" {args.rounds} interleaved rounds, medians; malloc: {args.malloc}"
+          f"{'; TWO BUSY PROCESSES LOAD EVERY CORE' if args.hog else ''}")
     head = (f"{'model':12} {'mode':5} {'eager':>8} {'ind':>8} {'ind-ma':>8} {'kg-u':>8} {'kg-t':>8} "
             f"{'kgt/eag':>7} {'kgt/ind':>7} {'kgt/ma':>7} {'kgu/eag':>7} {'ind/eag':>7} "
             f"{'c.ind':>7} {'c.ma':>7} {'c.kg':>7} {'tune':>7} {'err kg-t':>9} {'load b/d/a':>14}")
@@ -241,6 +244,9 @@ def main() -> None:
     parser.add_argument("--no-max-autotune", action="store_true", help="skip Inductor's max-autotune column")
     parser.add_argument("--hog", action="store_true", help="time while busy processes load every core")
     parser.add_argument("--json", action="store_true", help="also print the rows as JSON")
+    parser.add_argument("--default-malloc", action="store_true",
+                        help="leave glibc's malloc defaults (KERNELGEN_MALLOC=0) instead of the settings the kernelgen "
+                             "backend applies; by default every column runs under those settings from the start")
     parser.add_argument("--warm-caches", action="store_true",
                         help="keep Inductor's and kernelgen's on-disk caches (default: both start empty, so the "
                              "compile columns are cold compiles)")
@@ -249,6 +255,11 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown models {unknown}; choose from {', '.join(MODELS)}")
     dynamo_backend.register()
+    if args.default_malloc:
+        os.environ[memory.ENV] = "0"  # (the tuning subprocesses inherit it)
+    # The backend changes the whole process's malloc (kernelgen.runtime.memory) when it first compiles; applied
+    # here first, eager and Inductor run under the same allocator settings as kernelgen in every round.
+    args.malloc = "kept freed memory (kernelgen.runtime.memory)" if memory.keep_freed_memory() else "glibc defaults"
     with tempfile.TemporaryDirectory(prefix="bench-models-") as tmp:
         if not args.warm_caches:  # cold compiles: Inductor's and kernelgen's caches start empty (read at first use)
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = f"{tmp}/inductor"

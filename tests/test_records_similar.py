@@ -104,6 +104,26 @@ def test_a_region_too_small_to_win_runs_aten_untuned(monkeypatch, fn, numel, ate
     torch._dynamo.reset()
 
 
+@pytest.mark.parametrize(("fn", "shape", "aten"), [
+    (lambda x: torch.nn.functional.max_pool2d(x, 3, 2, 1), (2, 8, 32, 32), False),  # ATen's pool loses 3.9x
+    (lambda x: torch.nn.functional.avg_pool2d(x, 3, 2, 1), (2, 8, 32, 32), False),
+    (lambda x: torch.nn.functional.max_pool2d(x, 3, 2, 1), (1, 1, 8, 8), True),  # too small for a call to pay
+    (lambda x: torch.cumsum(x, 1), (64, 256), True),  # a scan: not a lone op kernelgen measured faster
+])
+def test_a_lone_op_whose_kernel_beats_atens_runs_its_kernel_untuned(monkeypatch, fn, shape, aten):
+    from kernelgen.frontend import dynamo_backend
+
+    monkeypatch.setattr("kernelgen.runtime.aten.ENABLED", True)  # the rule as shipped
+    dynamo_backend.register()
+    x = torch.randn(shape)
+    model = torch.compile(fn, backend="kernelgen")
+    with dynamo_backend.collect() as graphs:
+        torch.testing.assert_close(model(x), fn(x))
+    runs = graphs[0].runs
+    assert runs.get("aten", 0) == (1 if aten else 0) and runs.get("kernel", 0) == (0 if aten else 1), runs
+    torch._dynamo.reset()
+
+
 def test_the_gemm_order_needs_several_verdicts_and_a_clear_majority(monkeypatch):
     from types import SimpleNamespace
 

@@ -29,7 +29,7 @@ from kernelgen.frontend.fx_nodes import is_view
 from kernelgen.frontend.partition import folded, partition
 from kernelgen.frontend.region_op import install
 from kernelgen.frontend.sink_views import sink_views
-from kernelgen.runtime import threads
+from kernelgen.runtime import memory, threads
 
 log = logging.getLogger("kernelgen")
 NAME = "kernelgen"
@@ -137,6 +137,7 @@ def kernelgen_backend(gm: Any, example_inputs: list, options: dict | None = None
 
     options = dict(options or {})
     threads.start()  # kernels follow the machine's load from now on (kernelgen.runtime.threads)
+    memory.keep_freed_memory()  # no page faults on every step's activations (kernelgen.runtime.memory)
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown or mode not in (None, "default"):
         raise KernelgenError(f"kernelgen backend options {unknown} / mode={mode!r} are not understood; "

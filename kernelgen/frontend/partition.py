@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernelgen.errors import KernelgenError, UnsupportedOpError
+from kernelgen.frontend.decompositions import kept_whole
 from kernelgen.frontend.fx_nodes import is_constant, is_view, spec_of
 from kernelgen.ir.graph import Graph, GraphBuilder, NodeRef, prune
 from kernelgen.ir.values import TensorSpec
@@ -203,6 +204,10 @@ def partition(gm: Any) -> Partition:
             continue  # getitems join with their producer
         if is_view(node):
             left[node] = "view (free in ATen; regions read it through strides)"
+            continue
+        whole = kept_whole(node.target)
+        if whole is not None:
+            left[node] = whole
             continue
         if not node.all_input_nodes:
             # A constant (scalar_tensor, full) is no region of its own: each region reading it folds it in as

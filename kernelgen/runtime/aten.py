@@ -71,9 +71,29 @@ def covers(graph: Graph) -> bool:
     return all(node.op != "custom_call" for node in graph.nodes)
 
 
+# Lone ops whose kernelgen kernel beats ATen's own kernel for that op (``benchmarks/bench_ops.py``, 2-core AMD EPYC,
+# quiet, 2026-11-27; ATen's time / kernelgen's): max pool forward 3.95x, average pool forward 3.74x and backward
+# 2.04x, scatter_add 2.08x, index_put with accumulate 3.33x (and embedding's backward, an index_put, 2.64x). Not
+# listed because ATen's kernel was as fast or faster: max pool's backward (0.91x), sort (0.91x), bucketize (0.93x),
+# and every pointwise op and reduction (the module docstring). Keyed by IR op and its ``reduce`` attribute (None:
+# any). A region of one such op runs its kernel first from ``TWO_OP_ELEMENTS`` elements up (below, the call
+# costs more than ATen's kernel loses).
+KERNEL_FIRST: dict[tuple[str, Any], float] = {
+    ("window", "max"): 3.95, ("window", "avg"): 3.74, ("window_grad", "avg"): 2.04,
+    ("scatter", None): 2.08, ("index_put", None): 3.33,
+}
+
+
+def _kernel_wins(graph: Graph) -> bool:
+    if sum(s.numel for s in graph.output_specs) < TWO_OP_ELEMENTS:
+        return False
+    return any((node.op, node.attr("reduce")) in KERNEL_FIRST or (node.op, None) in KERNEL_FIRST
+               for node in graph.nodes)
+
+
 def aten_first(graph: Graph, aten_ops: int) -> bool:
     """Untuned, do a region's ``aten_ops`` ATen ops (views not counted) run before its kernels? (module docstring)"""
-    if not ENABLED or any(node.op in _GEMM_OPS for node in graph.nodes):
+    if not ENABLED or any(node.op in _GEMM_OPS for node in graph.nodes) or _kernel_wins(graph):
         return False
     return aten_ops <= 1 or (aten_ops == 2 and sum(s.numel for s in graph.output_specs) < TWO_OP_ELEMENTS)
 
@@ -83,4 +103,4 @@ def rebuild(graph: Graph, backend: str) -> AtenImplementation:
     return AtenImplementation(graph, backend)
 
 
-__all__ = ["AtenImplementation", "ENABLED", "NAME", "TWO_OP_ELEMENTS", "aten_first", "covers", "rebuild"]
+__all__ = ["AtenImplementation", "ENABLED", "KERNEL_FIRST", "NAME", "TWO_OP_ELEMENTS", "aten_first", "covers", "rebuild"]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import pathlib
 import tomllib
 
@@ -377,6 +378,27 @@ def test_batchnorm_eval_backward_partitions_without_a_cycle():
     g = torch.randn(2, 4, 8, 8)
     graphs = compiled_matches_eager(model, x, g)
     assert {s.name for s in graphs if s.regions} == {"forward", "backward"}
+
+
+def test_training_batch_norm_runs_eagers_fused_kernels_and_updates_its_statistics():
+    # Kept whole in train mode (kernelgen.frontend.decompositions): eager's one-pass native_batch_norm and its
+    # backward beat the decomposed graph; the ReLU around it still runs in a region, the running statistics and
+    # every gradient are eager's.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 1)).train()
+    reference = copy.deepcopy(model)
+    x, g = torch.randn(2, 3, 8, 8, requires_grad=True), torch.randn(2, 4, 8, 8)
+    with dynamo_backend.collect() as graphs:
+        got, got_grads = grads_of(torch.compile(model, backend="kernelgen"), x, g)
+    want, want_grads = grads_of(reference, x, g)
+    torch.testing.assert_close(got, want)
+    for a, b in zip(got_grads, want_grads):
+        torch.testing.assert_close(a, b)
+    for mine, theirs in zip(model.buffers(), reference.buffers()):  # running mean, var and the batch count
+        torch.testing.assert_close(mine, theirs)
+    left = {key.split(" (")[1].rstrip(")") for stats in graphs for key in stats.left}
+    assert {"aten._native_batch_norm_legit_functional.default", "aten.native_batch_norm_backward.default"} <= left
+    assert all(stats.regions for stats in graphs)  # the ReLU and its backward
 
 
 def test_pooling_is_one_window_region_with_its_epilogue():
