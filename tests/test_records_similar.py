@@ -90,18 +90,23 @@ def test_untuned_gemms_follow_the_familys_verdicts(tmp_path, monkeypatch):
     (lambda x: torch.sigmoid(x * 2 + 1), 64, False),  # three ops fused win from the smallest size
 ])
 def test_a_region_too_small_to_win_runs_aten_untuned(monkeypatch, fn, numel, aten):
+    # the second call takes the region's shortcut
+    runs = _untuned_runs(monkeypatch, fn, torch.randn(numel), calls=2)
+    assert runs.get("aten", 0) == (2 if aten else 0) and runs.get("kernel", 0) == (0 if aten else 2), runs
+
+
+def _untuned_runs(monkeypatch, fn, x, calls: int) -> dict:
+    """What ``calls`` calls of ``fn`` through the backend ran with the untuned rule as shipped (each checked)."""
     from kernelgen.frontend import dynamo_backend
 
-    monkeypatch.setattr("kernelgen.runtime.aten.ENABLED", True)  # the rule as shipped
+    monkeypatch.setattr("kernelgen.runtime.aten.ENABLED", True)
     dynamo_backend.register()
-    x = torch.randn(numel)
     model = torch.compile(fn, backend="kernelgen")
     with dynamo_backend.collect() as graphs:
-        torch.testing.assert_close(model(x), fn(x))
-        torch.testing.assert_close(model(x), fn(x))  # the second call takes the region's shortcut
-    runs = graphs[0].runs
-    assert runs.get("aten", 0) == (2 if aten else 0) and runs.get("kernel", 0) == (0 if aten else 2), runs
+        for _ in range(calls):
+            torch.testing.assert_close(model(x), fn(x))
     torch._dynamo.reset()
+    return graphs[0].runs
 
 
 @pytest.mark.parametrize(("fn", "shape", "aten"), [
@@ -111,17 +116,8 @@ def test_a_region_too_small_to_win_runs_aten_untuned(monkeypatch, fn, numel, ate
     (lambda x: torch.cumsum(x, 1), (64, 256), True),  # a scan: not a lone op kernelgen measured faster
 ])
 def test_a_lone_op_whose_kernel_beats_atens_runs_its_kernel_untuned(monkeypatch, fn, shape, aten):
-    from kernelgen.frontend import dynamo_backend
-
-    monkeypatch.setattr("kernelgen.runtime.aten.ENABLED", True)  # the rule as shipped
-    dynamo_backend.register()
-    x = torch.randn(shape)
-    model = torch.compile(fn, backend="kernelgen")
-    with dynamo_backend.collect() as graphs:
-        torch.testing.assert_close(model(x), fn(x))
-    runs = graphs[0].runs
+    runs = _untuned_runs(monkeypatch, fn, torch.randn(shape), calls=1)
     assert runs.get("aten", 0) == (1 if aten else 0) and runs.get("kernel", 0) == (0 if aten else 1), runs
-    torch._dynamo.reset()
 
 
 def test_the_gemm_order_needs_several_verdicts_and_a_clear_majority(monkeypatch):

@@ -8,6 +8,8 @@
   ``out=``), ``autograd`` (eager gradients), ``bounds`` (eager's index errors), ``dynamic`` (shape-family
   dims, sentinels and size buckets).
 - ``implementations``: every implementation of a graph (templates, then custom calls).
+- ``aten`` (a graph's own ATen ops as a candidate, and the untuned rule of which regions run them first),
+  ``threads`` (kernel threads follow the machine's load), ``memory`` (malloc settings for compiled models).
 - ``seams``: the ``FrontEnd`` and ``Tuner`` the runtime calls up through; ``kernelgen.api`` installs them.
 
 It never imports the front end, the tuner or Optuna.
