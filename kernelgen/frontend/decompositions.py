@@ -13,12 +13,12 @@ from typing import Any
 # 0.962-0.963x eager; whole, 0.975-0.979x, since eager's one-pass ``native_batch_norm(_backward)`` beats the
 # decomposed graph's two regions (AOTAutograd alone, no regions: 0.95-0.99x). In eval mode batch norm is a
 # per-channel scale and shift (its backward too) that fuses into its neighbours' regions: still decomposed. The
-# table maps each op to the position of its ``training`` flag; the decomposition returns ``NotImplemented``
+# table maps each op to the position and name of its ``training`` flag; the decomposition returns ``NotImplemented``
 # (make_fx's "keep this op") when the flag is set. (``_native_batch_norm_legit`` itself is not here: it is the
 # form that mutates its running statistics, which AOTAutograd's functional graph may not hold.)
 _TRAINING_FLAG = {
-    "aten::_native_batch_norm_legit_functional": 5, "aten::_batch_norm_with_update_functional": None,
-    "aten::native_batch_norm_backward": 7, "aten::batch_norm_backward": 7,
+    "aten::_native_batch_norm_legit_functional": (5, "training"), "aten::_batch_norm_with_update_functional": None,
+    "aten::native_batch_norm_backward": (7, "train"), "aten::batch_norm_backward": (7, "update"),
 }
 
 
@@ -62,12 +62,15 @@ def _keep_whole(name: str) -> bool:
     return name.startswith("aten::") and "pool" in name
 
 
-def _unless_training(decompose: Any, flag: int | None) -> Any:
-    """``decompose`` for calls whose training flag (argument ``flag``; None: always training) is false, else
-    ``NotImplemented``: the op stays whole in the graph."""
+def _unless_training(decompose: Any, flag: tuple[int, str] | None) -> Any:
+    """``decompose`` for calls whose training flag (``(position, name)`` of the argument; None: always training)
+    is false, else ``NotImplemented``: the op stays whole in the graph."""
 
     def decomposition(*args: Any, **kwargs: Any) -> Any:
-        training = True if flag is None else (args[flag] if len(args) > flag else kwargs.get("training", True))
+        if flag is None:
+            training = True
+        else:
+            training = args[flag[0]] if len(args) > flag[0] else kwargs.get(flag[1], True)
         return NotImplemented if training else decompose(*args, **kwargs)
 
     return decomposition

@@ -77,6 +77,12 @@ class ScanProblem(Problem):
             acc *= size
         return tuple(reversed(strides))
 
+    def row_offsets(self) -> tuple[str, str]:
+        """The offsets (C++ and Python alike) of row ``i<d>``'s start and of lane ``k`` along it in the outputs."""
+        strides = self.out_strides()
+        base = " + ".join(f"i{d} * {strides[d]}" for d in self.row_dims()) or "0"
+        return base, "k" if strides[self.dim] == 1 else f"k * {strides[self.dim]}"
+
 
 class ScanTemplate(Template):
     name = "scan"

@@ -52,6 +52,14 @@ def row_coordinates(row_dims: list[int], shape: tuple) -> list[str]:
     return lines + [f"    const int64_t i{row_dims[0]} = rem;"]
 
 
+def dynamic_rows(problem: ScanProblem) -> tuple[int | None, str]:
+    """The input whose dim 0 is the run-time batch size (None: static) and the C++ row count. A run-time dim 0
+    must be a row dim (the outermost): a scan or sort along it renders static."""
+    graph = problem.graph
+    dyn = dynamic_source(graph, problem.shape) if problem.dim != 0 and not touches_dim0(graph) else None
+    return dyn, f"n0 * {problem.rows // graph.dynamic}" if dyn is not None else str(problem.rows)
+
+
 def render(problem: ScanProblem, config: Config, target: Target) -> Source:
     """C++ source of the kernel; ``ValueError`` for a config outside ``space(problem, target)``."""
     problems = space(problem, target).violations(config)
@@ -61,12 +69,8 @@ def render(problem: ScanProblem, config: Config, target: Target) -> Source:
     node = graph.nodes[problem.scan]
     dtype = node.spec.dtype
     row_dims = problem.row_dims()
-    # a run-time dim 0 must be a row dim (the outermost): a scan along it renders static
-    dyn = dynamic_source(graph, shape) if problem.dim != 0 and not touches_dim0(graph) else None
-    rows_c = f"n0 * {problem.rows // graph.dynamic}" if dyn is not None else str(problem.rows)
-    strides = problem.out_strides()
-    base = " + ".join(f"i{d} * {strides[d]}" for d in row_dims) or "0"
-    along = "k" if strides[problem.dim] == 1 else f"k * {strides[problem.dim]}"
+    dyn, rows_c = dynamic_rows(problem)
+    base, along = problem.row_offsets()
 
     expansion = expand(graph, problem.coords(), COORDS, roots=(problem.source, *graph.outputs),
                        given={problem.scan: "sv"})

@@ -41,7 +41,7 @@ def _accumulator(dtype: str, interpreter: bool) -> str:
 
 def row_program(problem: ScanProblem, what: str, max_row: int, entry: str) -> tuple[list[str], int, str, str]:
     """The head of a one-program-per-row kernel over ``problem``'s rows (a scan's or a sort's: both have ``rows``,
-    ``length``, ``dim``, ``row_dims()`` and ``out_strides()``): its signature, the row's coordinates and mask.
+    ``length``, ``dim``, ``row_dims()`` and ``row_offsets()``): its signature, the row's coordinates and mask.
     ``(lines, block, base, along)``: the row's power-of-two block, and the offsets of the row's start and of lane
     ``k`` along the row in the outputs. ``UnsupportedOpError`` for a row past ``max_row`` elements (eager runs)."""
     graph, shape = problem.graph, problem.shape
@@ -62,10 +62,24 @@ def row_program(problem: ScanProblem, what: str, max_row: int, entry: str) -> tu
             lines.append(f"    i{d} = rem % {shape[d]}")
             lines.append(f"    rem = rem // {shape[d]}")
         lines.append(f"    i{row_dims[0]} = rem")
-    strides = problem.out_strides()
-    base = " + ".join(f"i{d} * {strides[d]}" for d in row_dims) or "0"
-    along = "k" if strides[problem.dim] == 1 else f"k * {strides[problem.dim]}"
-    return lines, block, base, along
+    return (lines, block, *problem.row_offsets())
+
+
+def row_stores(problem: ScanProblem, emitter: ExprEmitter, outputs: list[int], base: str, along: str,
+               interp: bool) -> list[str]:
+    """Lines storing each output value ``outputs`` (named by ``emitter``) along the row, in its dtype."""
+    lines = []
+    for j, (out, spec) in enumerate(zip(outputs, problem.graph.output_specs)):
+        value = to_storage(f"tl.broadcast_to({emitter.names[out]}, [BLOCK])", spec.dtype, spec.dtype, interp)
+        lines.append(f"    tl.store(out{j} + {base} + {along}, {value}, mask=mask)")
+    return lines
+
+
+def row_meta(problem: ScanProblem, block: int, config: Config) -> FrozenMap:
+    """The launch of a one-program-per-row kernel: a program per row, ``BLOCK`` lanes."""
+    return FrozenMap({"signature": signature_json(problem.graph), "grid": json.dumps([problem.rows]),
+                      "constexprs": json.dumps({"BLOCK": block}), "num_warps": int(config["num_warps"]),
+                      "num_stages": 1})
 
 
 def render(problem: ScanProblem, config: Config, target: Target) -> Source:
@@ -88,12 +102,8 @@ def render(problem: ScanProblem, config: Config, target: Target) -> Source:
               f"    acc = {scan}",
               f"    sv = acc.to({TL_DTYPE[compute_dtype(dtype)]})"]
     lines += ["    " + line for line in emitter.emit(dag_nodes(g2, outputs, emitter.names))]
-    for j, (out, spec) in enumerate(zip(outputs, graph.output_specs)):
-        value = to_storage(f"tl.broadcast_to({emitter.names[out]}, [BLOCK])", spec.dtype, spec.dtype, interp)
-        lines.append(f"    tl.store(out{j} + {base} + {along}, {value}, mask=mask)")
-    meta = FrozenMap({"signature": signature_json(graph), "grid": json.dumps([problem.rows]),
-                      "constexprs": json.dumps({"BLOCK": block}), "num_warps": int(config["num_warps"]),
-                      "num_stages": 1})
+    lines += row_stores(problem, emitter, outputs, base, along, interp)
+    meta = row_meta(problem, block, config)
     prelude = COORDS.prelude + (_LOG_ADD_EXP if node.op == "logcumsumexp" else "")
     return Source("triton", HEADER + prelude + "\n".join(lines) + "\n", ENTRY, meta=meta)
 

@@ -16,10 +16,10 @@ from kernelgen.codegen import cpp_expr
 from kernelgen.ir.space import Param, SearchSpace
 from kernelgen.ir.target import Target
 from kernelgen.ir.values import Config, FrozenMap, Source
-from kernelgen.templates.indexing import dynamic_meta, dynamic_source
-from kernelgen.templates.moves import expand, touches_dim0
+from kernelgen.templates.indexing import dynamic_meta
+from kernelgen.templates.moves import expand
 from kernelgen.templates.pointwise_cpp import COORDS, PARALLEL_MIN, leaf_env
-from kernelgen.templates.scan_cpp import row_coordinates
+from kernelgen.templates.scan_cpp import dynamic_rows, row_coordinates
 from kernelgen.templates.sort import SortProblem
 
 ENTRY = "kg_sort"
@@ -46,11 +46,8 @@ def render(problem: SortProblem, config: Config, target: Target) -> Source:
     graph, shape = problem.graph, problem.shape
     dtype = graph.nodes[problem.source].spec.dtype
     row_dims = problem.row_dims()
-    dyn = dynamic_source(graph, shape) if problem.dim != 0 and not touches_dim0(graph) else None
-    rows_c = f"n0 * {problem.rows // graph.dynamic}" if dyn is not None else str(problem.rows)
-    strides = problem.out_strides()
-    base = " + ".join(f"i{d} * {strides[d]}" for d in row_dims) or "0"
-    along = "k" if strides[problem.dim] == 1 else f"k * {strides[problem.dim]}"
+    dyn, rows_c = dynamic_rows(problem)
+    base, along = problem.row_offsets()
 
     expansion = expand(graph, problem.coords(), COORDS, roots=(problem.source, *graph.outputs), given=problem.given())
     env = leaf_env(expansion)

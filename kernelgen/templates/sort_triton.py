@@ -11,17 +11,15 @@ by a sum over a size-2 axis, exact on integers, where a float sum would turn -0.
 
 from __future__ import annotations
 
-import json
-
 from kernelgen.codegen.cpp_expr import dag_nodes
-from kernelgen.codegen.triton_expr import HEADER, ExprEmitter, signature_json, to_storage
+from kernelgen.codegen.triton_expr import HEADER, ExprEmitter, to_storage
 from kernelgen.codegen.triton_types import to_compute
 from kernelgen.ir.space import Param, SearchSpace
 from kernelgen.ir.target import Target
-from kernelgen.ir.values import Config, FrozenMap, Source
+from kernelgen.ir.values import Config, Source
 from kernelgen.templates.moves import expand
 from kernelgen.templates.pointwise_triton import COORDS, leaf_names
-from kernelgen.templates.scan_triton import row_program
+from kernelgen.templates.scan_triton import row_meta, row_program, row_stores
 from kernelgen.templates.sort import SortProblem
 
 ENTRY = "kg_sort"
@@ -103,12 +101,8 @@ def render(problem: SortProblem, config: Config, target: Target) -> Source:
     value = "key != 0" if dtype == "bool" else "key" if dtype == "bfloat16" else to_compute("key", dtype, interp)
     lines += ["    si = idx.to(tl.int64)", f"    sv = {value}"]
     lines += ["    " + line for line in emitter.emit(dag_nodes(g2, outputs, emitter.names))]
-    for j, (out, spec) in enumerate(zip(outputs, graph.output_specs)):
-        stored = to_storage(f"tl.broadcast_to({emitter.names[out]}, [BLOCK])", spec.dtype, spec.dtype, interp)
-        lines.append(f"    tl.store(out{j} + {base} + {along}, {stored}, mask=mask)")
-    meta = FrozenMap({"signature": signature_json(graph), "grid": json.dumps([problem.rows]),
-                      "constexprs": json.dumps({"BLOCK": block}), "num_warps": int(config["num_warps"]),
-                      "num_stages": 1})
+    lines += row_stores(problem, emitter, outputs, base, along, interp)
+    meta = row_meta(problem, block, config)
     prelude = COORDS.prelude + _compare_and_swap(dtype, problem.descending)
     return Source("triton", HEADER + prelude + "\n".join(lines) + "\n", ENTRY, meta=meta)
 

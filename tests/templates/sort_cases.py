@@ -6,7 +6,20 @@ from __future__ import annotations
 
 import torch
 
+from kernelgen.ir.reference import evaluate
+
 NAN, INF = float("nan"), float("inf")
+
+
+def assert_exactly_eager_and_reference(fn, inputs, graph, outs) -> None:
+    """A kernel's outputs ``outs`` of ``graph`` (traced from ``fn``) equal eager's and the IR reference's to the bit,
+    NaN where theirs are."""
+    eager = fn(*inputs)
+    eager = list(eager) if isinstance(eager, tuple) else [eager]
+    for got, ref, want in zip(outs, evaluate(graph, list(inputs)), eager):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+        torch.testing.assert_close(got, ref, equal_nan=True, rtol=0, atol=0)
 
 
 def _special(rows: int, n: int) -> torch.Tensor:

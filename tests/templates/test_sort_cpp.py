@@ -4,10 +4,8 @@ the IR reference: values and positions to the bit, NaN, infinities, signed zeros
 from __future__ import annotations
 
 import pytest
-import torch
 
 from kernelgen.backends import get_backend
-from kernelgen.ir.reference import evaluate
 from tests.templates import sort_cases
 from tests.templates.kernels import run_kernel
 
@@ -16,12 +14,7 @@ pytestmark = pytest.mark.skipif(not get_backend("cpp").is_available(), reason="n
 
 def _check(fn, inputs, template):
     graph, outs = run_kernel(fn, inputs, "cpp", template)
-    eager = fn(*inputs)
-    eager = list(eager) if isinstance(eager, tuple) else [eager]
-    for got, ref, want in zip(outs, evaluate(graph, list(inputs)), eager):
-        assert got.dtype == want.dtype and got.shape == want.shape
-        torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
-        torch.testing.assert_close(got, ref, equal_nan=True, rtol=0, atol=0)
+    sort_cases.assert_exactly_eager_and_reference(fn, inputs, graph, outs)
 
 
 @pytest.mark.parametrize("index", range(len(sort_cases.cases())), ids=sort_cases.ids())

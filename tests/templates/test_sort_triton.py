@@ -9,7 +9,6 @@ import pytest
 from tests.triton_env import DEVICE, needs_triton, torch  # TRITON_INTERPRET before triton loads
 
 import kernelgen  # noqa: E402
-from kernelgen.ir.reference import evaluate  # noqa: E402
 from kernelgen.templates import match  # noqa: E402
 from tests.templates import sort_cases  # noqa: E402
 from tests.templates.kernels import aot_reports, run_kernel  # noqa: E402
@@ -20,12 +19,7 @@ pytestmark = needs_triton
 def _check(fn, inputs, template):
     inputs = tuple(x.to(DEVICE) for x in inputs)
     graph, outs = run_kernel(fn, inputs, "triton", template, device=DEVICE)
-    eager = fn(*inputs)
-    eager = list(eager) if isinstance(eager, tuple) else [eager]
-    for got, ref, want in zip(outs, evaluate(graph, list(inputs)), eager):
-        assert got.dtype == want.dtype and got.shape == want.shape
-        torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
-        torch.testing.assert_close(got, ref, equal_nan=True, rtol=0, atol=0)
+    sort_cases.assert_exactly_eager_and_reference(fn, inputs, graph, outs)
 
 
 @pytest.mark.parametrize("index", range(len(sort_cases.cases())), ids=sort_cases.ids())
