@@ -11,13 +11,18 @@ import pytest
 pytestmark = pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
                                 reason="the settings are glibc's mallopt")
 
-# A step's pattern: ten 4 MiB activations made and touched, then all freed; minor faults per step after warm-up.
+# A step's pattern: ten 16 MiB activations made and touched, then all freed; minor faults per step after warm-up.
+# Sized past anything glibc's own adaptation reaches: freeing an mmapped block raises the mmap threshold to its size
+# (at most 32 MiB) and the trim threshold to twice that, and importing torch and kernelgen frees such blocks (4 MiB
+# activations stopped faulting under the defaults once an import had freed a larger block). 160 MiB is above the
+# largest adapted trim threshold (64 MiB), so the defaults hand it back every step whatever the imports did, and
+# below TRIM_BYTES, so the settings keep it.
 SCRIPT = """
 import resource, sys, torch
 from kernelgen.runtime.memory import keep_freed_memory
 applied = keep_freed_memory() if sys.argv[1] == "apply" else None
 def step():
-    ts = [torch.ones(1 << 20) for _ in range(10)]
+    ts = [torch.ones(4 << 20) for _ in range(10)]
     del ts
 for _ in range(3):
     step()
@@ -35,6 +40,9 @@ def _run(mode: str, **env: str) -> tuple[str, float]:
 
 
 def test_freed_activations_stay_mapped_across_steps():
+    from kernelgen.runtime.memory import TRIM_BYTES
+
+    assert TRIM_BYTES > 10 * (16 << 20) > 2 * (32 << 20), "the step must fit the settings and exceed glibc's own"
     applied, faults = _run("apply")
     _, default = _run("leave")
     assert applied == "True"
