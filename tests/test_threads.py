@@ -39,3 +39,41 @@ def test_capped_kernels_compute_eagers_values(monkeypatch):
         torch.testing.assert_close(fn(x), free)
     finally:
         cpp.set_thread_cap(None)
+
+
+def test_a_compiled_graphs_aten_ops_follow_the_cap(monkeypatch):
+    seen = []
+
+    def graph(x):
+        seen.append(torch.get_num_threads())
+        return x + 1
+
+    run = threads.following_load(graph)
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    monkeypatch.setattr(cpp, "THREAD_CAP", [1 << 30])
+    try:
+        run(torch.ones(1))  # nothing capped: the user's count
+        cpp.set_thread_cap(2)
+        run(torch.ones(1))  # capped below it: the cap while the graph runs, the user's count after
+        after_capped = torch.get_num_threads()
+        cpp.set_thread_cap(8)
+        run(torch.ones(1))  # a cap above the user's count changes nothing
+    finally:
+        cpp.set_thread_cap(None)
+        torch.set_num_threads(before)
+    assert seen == [3, 2, 3]
+    assert after_capped == 3
+
+
+def test_a_compiled_model_under_a_cap_computes_eagers_values(monkeypatch):
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU()).eval()
+    x = torch.randn(2, 3, 16, 16)
+    compiled = torch.compile(model, backend="kernelgen")
+    monkeypatch.setattr(cpp, "THREAD_CAP", [1 << 30])
+    cpp.set_thread_cap(1)
+    try:
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), model(x))
+    finally:
+        cpp.set_thread_cap(None)

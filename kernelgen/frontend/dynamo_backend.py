@@ -146,7 +146,8 @@ def kernelgen_backend(gm: Any, example_inputs: list, options: dict | None = None
     def compiler(name: str) -> Any:
         def compile_one(graph_module: Any, inputs: list) -> Any:
             compile_graph(graph_module, name, options, direct=True)
-            return make_boxed_func(graph_module.forward)
+            # its ATen ops take as few threads as its kernels while other processes load the CPUs
+            return make_boxed_func(threads.following_load(graph_module.forward))
 
         return compile_one
 
