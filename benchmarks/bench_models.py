@@ -105,12 +105,13 @@ def _compile(model: torch.nn.Module, variant: str, urls: dict[str, str]) -> torc
 
 
 @contextlib.contextmanager
-def hog(enabled: bool) -> Iterator[None]:
-    """Two busy processes (one per core of this project's machine, or one per CPU) while the block runs."""
+def hog(enabled: bool, processes: int | None = None) -> Iterator[None]:
+    """Busy processes while the block runs: ``processes`` of them, by default one per CPU (two on this project's
+    machine)."""
     if not enabled:
         yield
         return
-    procs = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(os.cpu_count() or 2)]
+    procs = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(processes or os.cpu_count() or 2)]
     for p in procs:
         p.start()
     try:

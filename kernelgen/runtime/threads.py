@@ -13,10 +13,11 @@ other processes used on this process's CPUs, in CPUs, is the load elsewhere; ``f
 compiled through the backend; ``KERNELGEN_ADAPT_THREADS=0`` turns it off. Linux only (elsewhere: no cap).
 
 The ATen ops of a compiled graph (a CNN's convolutions, the regions a record leaves to ATen) follow the same cap
-while the graph runs (``following_load``): capping kernelgen's kernels alone made a loaded ResNet-18 inference step
-slower than ``aot_eager``'s (46-48 vs 40-46 ms, medians of 10 rounds with two busy processes on the 2-core AMD
-EPYC), because every one-thread kernel let OpenMP's second thread fall asleep and the next two-thread convolution
-had to wake it on a busy CPU; with the graph's ATen ops capped too, 37-48 ms (``eager`` 52-87 ms in the same runs).
+while the graph runs (``following_load``). With the kernels capped alone, every one-thread kernel let OpenMP's
+second thread fall asleep and the next two-thread convolution woke it on a busy CPU: a loaded ResNet-18 inference
+step took 59-66 ms against 44-55 with the whole graph capped (2-core AMD EPYC, two busy processes). Capping the
+whole graph trades one CPU's share for steady steps: ``benchmarks/bench_load.py`` gave kernelgen's mean step 1.04-4.6x
+eager's (whose two threads have phases of 10x slower steps), its median 0.76-1.55x.
 """
 
 from __future__ import annotations
