@@ -56,7 +56,7 @@ def uncapped(run: Any) -> Any:
         try:
             return run()
         finally:
-            cpp.THREAD_CAP[0] = cap
+            cpp.set_thread_cap(cap)
 
     return run_uncapped
 

@@ -26,12 +26,10 @@ import logging
 import os
 import threading
 import time
-
 from collections.abc import Callable
 from typing import Any
 
 from kernelgen.backends import cpp
-from kernelgen.backends.cpp import set_thread_cap
 
 log = logging.getLogger("kernelgen.runtime")
 
@@ -96,7 +94,7 @@ def _watch() -> None:
             log.info("kernelgen: %d of %d CPUs busy with other work; kernels launch with %d thread%s", cpus - threads,
                      cpus, threads, "" if threads == 1 else "s")
             cap = threads
-            set_thread_cap(None if threads >= cpus else threads)
+            cpp.set_thread_cap(None if threads >= cpus else threads)
         last = now
 
 
