@@ -14,6 +14,7 @@ from typing import Any
 
 from kernelgen.errors import UnsupportedOpError
 from kernelgen.ir.values import TensorSpec
+from kernelgen.lowering import reduction
 from kernelgen.lowering.rules import RULES, Handler, arg, cast_to, handles, is_node, operand, ref
 
 
@@ -91,23 +92,30 @@ handles("aten._log_softmax")(_softmax("log_softmax"))
 
 @handles("aten.native_layer_norm")
 def _native_layer_norm(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> tuple:
-    """(y, mean, rstd) with mean/rstd kept as [..., 1] rows, as ATen returns them."""
+    """(y, mean, rstd) with mean/rstd kept as [..., 1] rows, as ATen returns them: float math in float32 for
+    bfloat16/float16 inputs (eager's CPU kernel computes in float and returns all three in the input's dtype). The
+    backend keeps this op whole (``kernelgen.frontend.decompositions``) so that its rows of overflowing values are
+    NaN as in eager (``reduction.overflow_is_nan``)."""
     x, shape, weight, bias, eps = args
-    if len(shape) != 1 or b.spec(int(x)).dtype not in ("float32", "float64"):
-        raise UnsupportedOpError(f"native_layer_norm over {list(shape)} of {b.spec(int(x)).dtype} at `{where}`")
+    dtype = b.spec(int(x)).dtype
+    if len(shape) != 1 or dtype not in ("float32", "float64", "bfloat16", "float16"):
+        raise UnsupportedOpError(f"native_layer_norm over {list(shape)} of {dtype} at `{where}`")
+    math_dtype = "float64" if dtype == "float64" else "float32"
     x = int(x)
+    x = cast_to(b, x, math_dtype)
     n = b.spec(x).shape[-1]
     mean = b.elementwise("mul", (b.reduce("sum", x), b.scalar_or_node(1.0 / n, x)))
     centered = b.elementwise("sub", (x, mean))
     var = b.elementwise("mul", (b.reduce("sum", b.elementwise("mul", (centered, centered))),
                                 b.scalar_or_node(1.0 / n, x)))
     rstd = b.elementwise("rsqrt", (b.elementwise("add", (var, b.scalar_or_node(float(eps), x))),))
+    rstd = reduction.overflow_is_nan(b, x, rstd, (b.spec(x).rank - 1,))
     y = b.elementwise("mul", (centered, rstd))
     if is_node(weight):
-        y = b.elementwise("mul", (y, int(weight)))
+        y = b.elementwise("mul", (y, cast_to(b, int(weight), math_dtype)))
     if is_node(bias):
-        y = b.elementwise("add", (y, int(bias)))
-    return (ref(y), ref(mean), ref(rstd))
+        y = b.elementwise("add", (y, cast_to(b, int(bias), math_dtype)))
+    return tuple(ref(cast_to(b, v, dtype)) for v in (y, mean, rstd))
 
 
 def _moments(name: str) -> Handler:
