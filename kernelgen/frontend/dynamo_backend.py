@@ -23,7 +23,7 @@ from typing import Any
 
 from kernelgen.errors import KernelgenError
 from kernelgen.frontend.attention_pattern import fuse_written_attention
-from kernelgen.frontend.cleanup import drop_noop_conversions
+from kernelgen.frontend.cleanup import aten_conversions, drop_noop_conversions, fold_constants
 from kernelgen.frontend.decompositions import decompositions
 from kernelgen.frontend.fx_nodes import is_view
 from kernelgen.frontend.partition import folded, partition
@@ -99,6 +99,8 @@ def compile_graph(gm: Any, name: str = "graph", options: dict | None = None, dir
     import operator
 
     drop_noop_conversions(gm)  # float32 -> float32 upcasts of the decompositions: no op, no region needed
+    aten_conversions(gm)  # the others as ATen's C++ op: a prim left to ATen runs torch's Python reference
+    fold_constants(gm)  # position ids, a causal mask's iota: computed once, not every step
     sink_views(gm)  # a Linear's epilogue on [B, T, N] then reads the GEMM's [B*T, N] output directly
     fuse_written_attention(gm)  # softmax(q @ kᵀ * c [+ mask]) @ v as the flash op: one attention region
     found = partition(gm)
