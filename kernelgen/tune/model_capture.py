@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernelgen.frontend import dynamo_backend, region_op
+from kernelgen.tune.guards import contained
 from kernelgen.tune.model_spec import ModelError, ModelSpec, load_model, one_line, prepare, step
 
 PROFILE_REPEATS = 3  # each region's ATen ops timed this many times per call in the profiled step (the minimum kept)
@@ -48,20 +49,22 @@ def capture(spec: ModelSpec, db: Any = None, timed: list | None = None) -> tuple
     model, args, kwargs = load_model(spec.factory)
     prepare(model, spec.mode)
     eager = step(model, args, kwargs, spec.mode)
-    try:
-        eager()
-    except ModelError:
-        raise
-    except Exception as exc:
-        raise ModelError(f"model {spec.label}: its inputs do not fit it: eager PyTorch raised "
-                         f"{type(exc).__name__}: {one_line(exc)}") from None
-    # (one thread throughout: torch's thread count is part of Dynamo's guards, so changing it between the compile
-    # and the profiled step would compile the model again, with regions that have not run yet)
-    with _one_thread(torch):
-        regions, step_s, graphs, run = _profile(spec, model, args, kwargs, eager, db)
-    if timed is not None:  # eager and kernelgen, interleaved, with the threads the user has
-        pairs = [(_min_time(eager, 1), _min_time(run, 1)) for _ in range(5)]
-        timed.extend((min(p[0] for p in pairs), min(p[1] for p in pairs)))
+    with contained(f"model {spec.label}: its step", "a model's forward must return, not exit: remove the exit",
+                   ModelError):
+        try:
+            eager()
+        except ModelError:
+            raise
+        except Exception as exc:
+            raise ModelError(f"model {spec.label}: its inputs do not fit it: eager PyTorch raised "
+                             f"{type(exc).__name__}: {one_line(exc)}") from None
+        # (one thread throughout: torch's thread count is part of Dynamo's guards, so changing it between the
+        # compile and the profiled step would compile the model again, with regions that have not run yet)
+        with _one_thread(torch):
+            regions, step_s, graphs, run = _profile(spec, model, args, kwargs, eager, db)
+        if timed is not None:  # eager and kernelgen, interleaved, with the threads the user has
+            pairs = [(_min_time(eager, 1), _min_time(run, 1)) for _ in range(5)]
+            timed.extend((min(p[0] for p in pairs), min(p[1] for p in pairs)))
     return regions, step_s, graphs
 
 

@@ -20,6 +20,7 @@ else:  # Python 3.10: the same parser, published as tomli before it joined the s
 
 from kernelgen.backends import backend_names
 from kernelgen.errors import KernelgenError, ManifestError
+from kernelgen.tune.guards import contained
 from kernelgen.tune.manifest import import_function, importable_from_cwd
 
 MODES = ("infer", "train")
@@ -107,10 +108,12 @@ def load_model(factory: str) -> tuple[Any, tuple, dict]:
         make = import_function(factory, f"model {factory!r}")
     except ManifestError as exc:
         raise ModelError(str(exc)) from None
-    try:
-        made = make()
-    except Exception as exc:
-        raise ModelError(f"model factory {factory!r} raised {type(exc).__name__}: {one_line(exc)}") from None
+    with contained(f"model factory {factory!r}", "a factory must return (model, inputs), not exit: remove the exit",
+                   ModelError):
+        try:
+            made = make()
+        except Exception as exc:
+            raise ModelError(f"model factory {factory!r} raised {type(exc).__name__}: {one_line(exc)}") from None
     if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], torch.nn.Module)):
         raise ModelError(f"model factory {factory!r} returned {type(made).__name__}; it must return "
                          "(model, inputs): an nn.Module and a tensor, a tuple of tensors or a dict of them")

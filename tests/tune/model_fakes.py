@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -61,3 +63,34 @@ class Uncapturable(nn.Module):
 
 def uncapturable():
     return Uncapturable(), torch.randn(4, 4)
+
+
+# --- factories and models that do not return: each must end kernelgen in one line naming it -------------------
+
+class Boom(BaseException):
+    """Not an ``Exception``: what a framework's own control flow may raise."""
+
+
+def exits():
+    sys.exit(0)
+
+
+def exits_3():
+    sys.exit(3)
+
+
+def booms():
+    raise Boom("the factory gave up")
+
+
+def interrupted():
+    raise KeyboardInterrupt
+
+
+class Exits(nn.Module):
+    def forward(self, x):
+        sys.exit(0)
+
+
+def exiting_forward():
+    return Exits(), torch.randn(4, 4)
