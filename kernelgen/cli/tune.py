@@ -2,7 +2,8 @@
 manifest (or one model named on the command line), with live progress and a result table.
 
 The manifest and the budgets are validated completely before the database is opened, so bad input never
-touches it. Exit status 0 when every workload (every problem size) has a result, 1 otherwise.
+touches it. Exit status 0 when every workload (every problem size) has a result, 1 otherwise; a database that fails
+mid-run (turned read-only, unreachable) ends the run there in one line, its committed records kept.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kernelgen import logs
-from kernelgen.errors import KernelgenError
+from kernelgen.errors import DatabaseError, KernelgenError
 from kernelgen.report.units import fmt_time
-from kernelgen.cli.tune_model import model_specs, model_table, tune_one_model
+from kernelgen.cli.tune_model import model_specs, model_table, stopped, tune_one_model
 from kernelgen.tune.manifest import load_manifest
 from kernelgen.tune.preflight import check_budget
 
@@ -133,6 +134,8 @@ def _tune_one(workload: Any, db: Any, progress: Progress, options: dict[str, Any
     entry: dict[str, Any] = {"name": workload.name, "function": workload.function, "results": [], "error": None}
     try:
         results = tune_workload(workload, db=db, on_trial=on_trial, **options)
+    except DatabaseError as exc:
+        raise stopped(exc, f"workload {workload.name}") from None
     except KernelgenError as exc:
         entry["error"] = str(exc)
         entry["ok"] = False

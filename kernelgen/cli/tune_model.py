@@ -9,7 +9,7 @@ from typing import Any
 from rich.progress import Progress
 from rich.table import Table
 
-from kernelgen.errors import KernelgenError
+from kernelgen.errors import DatabaseError, KernelgenError
 from kernelgen.report.units import fmt_time
 from kernelgen.tune.model_spec import ModelSpec, load_models, model_spec
 
@@ -42,6 +42,8 @@ def tune_one_model(spec: ModelSpec, db: Any, progress: Progress, *, seconds: flo
     try:
         result = tune_model(spec, db=db, seconds=seconds, trials=trials, workers=workers, timeout=timeout,
                             retune=retune, on_region=on_region)
+    except DatabaseError as exc:
+        raise stopped(exc, f"model {spec.label}") from None
     except KernelgenError as exc:
         progress.update(task, best="failed")
         return {"model": spec.label, "factory": spec.factory, "mode": spec.mode, "ok": False, "error": str(exc),
@@ -49,6 +51,13 @@ def tune_one_model(spec: ModelSpec, db: Any, progress: Progress, *, seconds: flo
     entry = result.to_json()
     entry["error"] = None if result.ok else "no region of the model could be tuned"
     return entry
+
+
+def stopped(exc: DatabaseError, what: str) -> DatabaseError:
+    """A database that fails ends the whole run (``what`` is where), not just one model or workload: every later
+    trial would fail alike, and none could be recorded."""
+    return type(exc)(f"{exc}; tuning stopped at {what}: the records committed before it are kept; once the database "
+                     "can be written (or with another --db), rerun to resume")
 
 
 def model_table(entry: dict[str, Any]) -> Table:

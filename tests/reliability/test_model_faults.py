@@ -1,9 +1,13 @@
 """Tuning a model under faults: a factory, its module or a model's step that exits or raises a ``BaseException``
 is a one-line error and a non-zero exit, never kernelgen's own exit; Ctrl-C still ends the run with 130.
 
+A database that can no longer be written mid-run ends the run in one line naming it; what was committed stays.
+
 Before: a factory calling ``sys.exit(0)`` made ``kernelgen tune --model`` (and a manifest's ``[[model]]``, and
 ``kernelgen report --model``) exit 0 with no output and nothing tuned; ``sys.exit(3)`` exited 3, silently; a
-``BaseException`` that is not an ``Exception`` printed a 51-line traceback.
+``BaseException`` that is not an ``Exception`` printed a 51-line traceback. A database turned read-only in the middle
+of ``tune --model`` left every later region "not tuned" with Optuna's message about "invalid data in the commit", and
+the run exited 0.
 """
 
 from __future__ import annotations
@@ -11,8 +15,17 @@ from __future__ import annotations
 import json
 
 import pytest
+from sqlalchemy import event
+from sqlalchemy.pool import Pool
 
+from kernelgen.db import open_db
+from kernelgen.errors import ReadOnlyDatabaseError
+from kernelgen.ir.space import Param, SearchSpace
+from kernelgen.ir.values import Config
+from kernelgen.tune import tuner
+from kernelgen.tune.search import Searcher
 from tests.reliability.conftest import cli, one_line_error
+from tests.reliability.fakes import Counting, FourConfigs
 
 FAKES = "tests.tune.model_fakes"
 
@@ -59,3 +72,53 @@ def test_report_model_says_it_in_one_line(tmp_path, capsys, factory, says):
 def test_ctrl_c_in_a_factory_still_interrupts(tmp_path, capsys):
     code, _, _ = cli(capsys, "tune", "--model", f"{FAKES}:interrupted", "--db", f"sqlite:///{tmp_path / 'db.sqlite'}")
     assert code == 130  # (typer turns Ctrl-C into exit status 130)
+
+
+# --- a database that turns read-only in the middle of a run ----------------------------------------------------
+
+@pytest.fixture
+def read_only_from_now():
+    """Call it to make every SQLite connection read-only from then on (``PRAGMA query_only`` as each is taken from
+    its pool), as remounting the file system read-only does (root ignores file modes: chmod cannot)."""
+    def query_only(dbapi_conn, _record, _proxy):
+        dbapi_conn.execute("PRAGMA query_only = ON")
+
+    def turn() -> None:
+        if not event.contains(Pool, "checkout", query_only):
+            event.listen(Pool, "checkout", query_only)
+    yield turn
+    if event.contains(Pool, "checkout", query_only):
+        event.remove(Pool, "checkout", query_only)
+
+
+def test_a_search_whose_database_turns_read_only_says_so(tmp_path, read_only_from_now):
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    open_db(url).close()
+    space = SearchSpace([Param("a", (1, 2, 3))], [], default={"a": 1})
+    searcher = Searcher(space, storage=url, study_name="s")
+    config = searcher.ask()
+    read_only_from_now()
+    with pytest.raises(ReadOnlyDatabaseError, match="refused a write .*readonly"):
+        searcher.tell(config, Counting()(None, Config({"a": 1})))
+    with pytest.raises(ReadOnlyDatabaseError, match=f"{tmp_path / 'db.sqlite'} refused a write"):
+        Searcher(space, storage=url, study_name="another")  # Optuna's message blamed "invalid data" here
+
+
+def test_tune_model_ends_in_one_line_when_its_database_turns_read_only(tmp_path, capsys, monkeypatch,
+                                                                       read_only_from_now):
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    real, tuned = tuner.tune_graph, []
+
+    def tune_fast(graph, **options):  # measured by a fake (no compiler); the database is real
+        if tuned:
+            read_only_from_now()  # after the first region's records are committed
+        tuned.append(graph.workload_key)
+        return real(graph, implementations=[FourConfigs(graph)], measure=Counting(), **options)
+
+    monkeypatch.setattr(tuner, "tune_graph", tune_fast)
+    code, _, err = cli(capsys, "tune", "--model", f"{FAKES}:make", "--db", url, "--trials", "2")
+    one_line_error(code, err, str(tmp_path / "db.sqlite"), "read-only", "tuning stopped at model make",
+                   "records committed before it are kept")
+    assert len(tuned) == 2  # no region after the failure was tried
+    with open_db(url) as db:  # the first region's records stay
+        assert db.count() > 0
