@@ -1,18 +1,22 @@
 """Tuning a model under faults: a factory, its module or a model's step that exits or raises a ``BaseException``
 is a one-line error and a non-zero exit, never kernelgen's own exit; Ctrl-C still ends the run with 130.
 
-A database that can no longer be written mid-run ends the run in one line naming it; what was committed stays.
+A database that can no longer be written mid-run ends the run in one line naming it; what was committed stays. A
+factory or a model's step that never returns ends the run after ``--capture-timeout`` seconds, in one line naming
+the stage.
 
 Before: a factory calling ``sys.exit(0)`` made ``kernelgen tune --model`` (and a manifest's ``[[model]]``, and
 ``kernelgen report --model``) exit 0 with no output and nothing tuned; ``sys.exit(3)`` exited 3, silently; a
 ``BaseException`` that is not an ``Exception`` printed a 51-line traceback. A database turned read-only in the middle
 of ``tune --model`` left every later region "not tuned" with Optuna's message about "invalid data in the commit", and
-the run exited 0.
+the run exited 0. A factory that never returned kept ``tune --model ... --seconds 20 --timeout 10`` running, silent,
+for as long as anyone waited (240 s and counting).
 """
 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from sqlalchemy import event
@@ -24,7 +28,7 @@ from kernelgen.ir.space import Param, SearchSpace
 from kernelgen.ir.values import Config
 from kernelgen.tune import tuner
 from kernelgen.tune.search import Searcher
-from tests.reliability.conftest import cli, one_line_error
+from tests.reliability.conftest import cli, cli_process, count, one_line_error
 from tests.reliability.fakes import Counting, FourConfigs
 
 FAKES = "tests.tune.model_fakes"
@@ -122,3 +126,25 @@ def test_tune_model_ends_in_one_line_when_its_database_turns_read_only(tmp_path,
     assert len(tuned) == 2  # no region after the failure was tried
     with open_db(url) as db:  # the first region's records stay
         assert db.count() > 0
+
+
+# --- a factory or a step that never returns ------------------------------------------------------------------
+
+@pytest.mark.parametrize(("command", "factory", "stage"), [
+    ("tune", "hangs", "model factory 'tests.tune.model_fakes:hangs' (importing its module and building the model)"),
+    ("tune", "hangs_in_c", "model factory 'tests.tune.model_fakes:hangs_in_c'"),
+    ("tune", "hanging_forward", "model hanging_forward: its first eager step"),
+    ("report", "hangs", "model factory 'tests.tune.model_fakes:hangs'"),
+])
+def test_a_stage_that_never_returns_ends_the_run_in_one_line(url, command, factory, stage):
+    start = time.monotonic()
+    done = cli_process(command, "--model", f"{FAKES}:{factory}", "--db", url, "--capture-timeout", "2", timeout=120)
+    one_line_error(done.returncode, done.stderr, stage, "did not return within 2 s", "--capture-timeout")
+    assert time.monotonic() - start < 60
+    assert count(url) == 20  # the database's records are all there
+
+
+def test_an_impossible_capture_timeout_is_refused(tmp_path, capsys):
+    code, _, err = cli(capsys, "tune", "--model", f"{FAKES}:make", "--capture-timeout", "0",
+                       "--db", f"sqlite:///{tmp_path / 'db.sqlite'}")
+    one_line_error(code, err, "--capture-timeout 0 is impossible")

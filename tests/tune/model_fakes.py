@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -94,3 +96,25 @@ class Exits(nn.Module):
 
 def exiting_forward():
     return Exits(), torch.randn(4, 4)
+
+
+def hangs():
+    while True:
+        time.sleep(0.2)
+
+
+def hangs_in_c():
+    """Deadlocks in C (glibc: relocking a default pthread mutex): no Python signal handler or exception ever runs."""
+    libc, mutex = ctypes.CDLL(None), ctypes.create_string_buffer(64)  # zeros: PTHREAD_MUTEX_INITIALIZER
+    libc.pthread_mutex_lock(mutex)
+    libc.pthread_mutex_lock(mutex)
+
+
+class Hangs(nn.Module):
+    def forward(self, x):
+        while True:
+            time.sleep(0.2)
+
+
+def hanging_forward():
+    return Hangs(), torch.randn(4, 4)
