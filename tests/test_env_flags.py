@@ -90,3 +90,17 @@ def test_every_switch_refuses_a_value_it_does_not_understand(monkeypatch, switch
     monkeypatch.setenv(env, "disable")
     with pytest.raises(KernelgenError, match=f"{env}='disable' is not understood"):
         is_on()
+
+
+def test_tune_model_says_which_switch_is_malformed_in_its_own_words(tmp_path, capsys, monkeypatch):
+    import json
+
+    from kernelgen.cli import main
+    from kernelgen.runtime import threads
+
+    monkeypatch.setattr(threads, "_STARTED", threading.Event())  # read by the first compile of a process
+    monkeypatch.setenv("KERNELGEN_ADAPT_THREADS", "nope")
+    assert main(["tune", "--model", "tests.tune.model_fakes:make", "--db", f"sqlite:///{tmp_path / 'db.sqlite'}",
+                 "--json"]) == 1
+    error = json.loads(capsys.readouterr().out)["models"][0]["error"]
+    assert error.startswith("model make: KERNELGEN_ADAPT_THREADS='nope' is not understood"), error

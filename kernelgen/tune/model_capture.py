@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from kernelgen.errors import KernelgenError
 from kernelgen.frontend import dynamo_backend, region_op
 from kernelgen.tune.guards import contained, time_limit
 from kernelgen.tune.model_spec import CAPTURE_FIX, ModelError, ModelSpec, load_model, one_line, prepare, step
@@ -93,6 +94,9 @@ def _profile(spec: ModelSpec, model: Any, args: tuple, kwargs: dict, eager: Call
         with dynamo_backend.collect() as graphs:
             run()
     except Exception as exc:
+        inner = getattr(exc, "inner_exception", None)  # what the backend raised, inside Dynamo's BackendCompilerFailed
+        if isinstance(inner, KernelgenError):  # kernelgen's own refusal (a malformed switch): its line, not Dynamo's
+            raise ModelError(f"model {spec.label}: {inner}") from None
         raise ModelError(f"model {spec.label}: torch.compile with the kernelgen backend cannot capture it: "
                          f"{type(exc).__name__}: {one_line(exc)}") from None
     found: dict[str, ModelRegion] = {}
