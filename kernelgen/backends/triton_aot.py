@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelgen.backends.triton import compile_options, interpreter_requested, launch_meta, load_entry, write_module
+from kernelgen.env_flags import env_flag
 from kernelgen.errors import CompileError, ToolchainUnavailableError, UnsupportedOpError
 from kernelgen.ir.space import Constraint, Param, SearchSpace
 from kernelgen.ir.target import Target, library_versions
@@ -305,7 +306,7 @@ def _amd_usage(asm: str) -> dict[str, int]:
 def resource_constraints(render: Callable[[Config], Source], target: Target) -> list[Constraint]:
     """For a GPU target, a constraint that compiles a config ahead of time and rejects what does not fit
     (shared memory, registers, spills). Empty for CPU targets or when ``KERNELGEN_TRITON_AOT=0``."""
-    if target.kind not in ("cuda", "hip") or os.environ.get("KERNELGEN_TRITON_AOT", "1") == "0":
+    if target.kind not in ("cuda", "hip") or not env_flag("KERNELGEN_TRITON_AOT", True):
         return []
 
     def fits(config: Config) -> bool:

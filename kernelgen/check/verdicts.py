@@ -28,6 +28,7 @@ from kernelgen.check.compare import JUDGEMENT, tolerance
 from kernelgen.check.sample import sample_folder, write_sample
 from kernelgen.check.measure import TimingPolicy
 from kernelgen.check.worker import InProcessMeasurer, IsolatedMeasurer
+from kernelgen.env_flags import env_flag
 from kernelgen.errors import KernelgenError
 from kernelgen.ir.values import RETRYABLE_PREFIX, Config, Status
 from kernelgen.paths import atomic_write_text, cache_dir
@@ -80,7 +81,7 @@ def check_timeout() -> float:
 
 
 def _isolated() -> bool:
-    return os.environ.get(ISOLATE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return env_flag(ISOLATE_ENV, True)
 
 
 def _references(impl: Any) -> dict[str, str]:

@@ -26,7 +26,7 @@ from typing import Any
 from kernelgen.backends import get_backend
 from kernelgen.check.verdicts import check
 from kernelgen.db.verdict import rounds_tag
-from kernelgen.errors import KernelgenError
+from kernelgen.errors import DatabaseError, KernelgenError
 from kernelgen.ir.values import Evidence
 from kernelgen.runtime.aten import NAME as ATEN
 from kernelgen.runtime.implementations import candidates_for
@@ -199,6 +199,8 @@ def _tune_region(tune: Callable[..., Any], region: ModelRegion, spec: ModelSpec,
         # compiling each region with Inductor for a reference would cost 5-20 s a region)
         result = tune(region.graph, backend=spec.backend, db=db, seconds=per_impl, trials=trials, workers=workers,
                       timeout=timeout, retune=retune, time_eager=False, name=name, on_trial=on_trial)
+    except DatabaseError:  # the database failed, not the region: every later region would fail alike
+        raise
     except KernelgenError as exc:
         return RegionOutcome(region, error=one_line(exc), seconds=time.monotonic() - t0, searched=searched[0])
     out = RegionOutcome(region, measured=result.measured, searched=searched[0], seconds=time.monotonic() - t0,

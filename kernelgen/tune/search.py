@@ -8,16 +8,18 @@ evaluating. Every evaluated config is one trial carrying its ``Measurement`` in 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import optuna
 from optuna.trial import Trial, TrialState
 
+from kernelgen.db import driver_failure
 from kernelgen.db.engine import CONNECT_TIMEOUT_S, SQLITE_BUSY_TIMEOUT_MS, parse_url, serialise_sqlite, shown
 from kernelgen.db.locks import SCHEMA_LOCK, named_lock
 from kernelgen.errors import KernelgenError
@@ -111,6 +113,35 @@ def _storage_lock(storage: str | None):
     return named_lock(storage, SCHEMA_LOCK)
 
 
+def _database_failure(exc: BaseException, storage: str | None) -> KernelgenError | None:
+    return None if storage is None else driver_failure(exc, storage)
+
+
+@contextlib.contextmanager
+def database_errors(storage: str | None) -> Iterator[None]:
+    """Optuna's storage failing in the with-block raises the database's own one-line error (``driver_failure``):
+    Optuna's message for a database turned read-only blames "invalid data in the commit", and a tuning that can no
+    longer record its trials must end saying why, not mark region after region untuned."""
+    try:
+        yield
+    except KernelgenError:
+        raise
+    except Exception as exc:
+        failure = _database_failure(exc, storage)
+        if failure is None:
+            raise
+        raise failure from None
+
+
+def _recording(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A ``Searcher`` method whose storage failures are the database's own errors (``database_errors``)."""
+    @functools.wraps(method)
+    def wrapper(self: "Searcher", *args: Any, **kwargs: Any) -> Any:
+        with database_errors(self._storage):
+            return method(self, *args, **kwargs)
+    return wrapper
+
+
 def open_storage(storage: str | None) -> "optuna.storages.BaseStorage | None":
     """Optuna's RDBStorage at the URL ``storage`` (None: in memory), safe for several processes.
 
@@ -156,17 +187,19 @@ class Searcher:
         self._sampler = make_sampler(sampler, self.domain, seed)
         self._pending: dict[Config, Trial] = {}
         self._penalise_failures = PENALISE_FAILURES and isinstance(self._sampler, ProjectedSampler)
+        self._storage = storage
         # Processes opening one study at once: table creation, study creation and the warm-start queue are
         # each check-then-write, so they run under the database's schema lock (re-checked inside it).
-        with _storage_lock(storage):
+        with _storage_lock(storage), database_errors(storage):
             try:
                 self.study = optuna.create_study(storage=open_storage(storage), study_name=study_name,
                                                  sampler=self._sampler, direction="minimize", load_if_exists=True)
             except KernelgenError:
                 raise
-            except Exception as exc:  # bad URL, unreachable server, incompatible schema
-                raise KernelgenError(f"cannot open the Optuna study {study_name!r} at {_shown(storage)}: "
-                                     f"{' '.join(str(exc).split())}") from exc
+            except Exception as exc:  # the database's own failure, else a bad URL or an incompatible schema
+                raise _database_failure(exc, storage) or KernelgenError(
+                    f"cannot open the Optuna study {study_name!r} at {_shown(storage)}: {' '.join(str(exc).split())}"
+                ) from exc
             if self.study.metric_names is None:
                 with warnings.catch_warnings():  # experimental in some Optuna versions; the name is cosmetic
                     warnings.simplefilter("ignore")
@@ -196,9 +229,11 @@ class Searcher:
             hist.seen.add(row)
             self.study.enqueue_trial(ParamValues.of(self.domain).params(row), skip_if_exists=True)
 
+    @_recording
     def _history(self) -> History:
         return History.of(self.study, self.domain)
 
+    @_recording
     def ask(self) -> Config | None:
         for _ in range(16):
             hist = self._history()
@@ -220,6 +255,7 @@ class Searcher:
             return config
         return None
 
+    @_recording
     def tell(self, config: Config, measurement: Measurement) -> None:
         trial = self._pending.pop(Config(dict(config)), None)
         if trial is None:
@@ -239,6 +275,7 @@ class Searcher:
             # treat the config as the worst time seen, so failing regions are avoided.
             self.study.tell(trial, state=TrialState.FAIL)
 
+    @_recording
     def abandon(self, config: Config) -> None:
         """Close an asked config without a measurement (the measurer raised); it may be asked again."""
         trial = self._pending.pop(Config(dict(config)), None)
@@ -246,6 +283,7 @@ class Searcher:
             _HEARTBEAT.release(trial)
             self.study.tell(trial, state=TrialState.FAIL)
 
+    @_recording
     def measurements(self) -> list[Measurement]:
         """Every measurement of the study in trial order (this and other workers, earlier runs)."""
         out = []
@@ -270,7 +308,7 @@ class Searcher:
 def mark_best(storage: str, study_name: str, mark: Mapping[str, Any]) -> bool:
     """Set the study's ``ATTR_BEST`` user attribute to ``mark``; False (nothing done) when there is no such
     study (its records came from an import, or another database)."""
-    with _storage_lock(storage):
+    with _storage_lock(storage), database_errors(storage):
         rdb = open_storage(storage)
         try:
             study = optuna.load_study(study_name=study_name, storage=rdb)
