@@ -15,7 +15,9 @@ from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 
 from kernelgen.frontend.partition import partition  # noqa: E402
+from kernelgen.frontend.region_op import install, kernel_of  # noqa: E402
 from kernelgen.ir.reference import evaluate  # noqa: E402
+from kernelgen.runtime.implementations import candidates_for  # noqa: E402
 
 aten = torch.ops.aten
 B, H, T, D = 2, 3, 16, 8
@@ -44,7 +46,8 @@ def fake_cuda_graph(fn, n_inputs=4, dtype=torch.bfloat16):
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("name", sorted(FUSED))
-def test_fused_gpu_attention_is_an_attention_region(name, causal):
+def test_fused_gpu_attention_is_an_attention_region_with_aten_first(name, causal, monkeypatch):
+    monkeypatch.setattr("kernelgen.runtime.aten.ENABLED", True)  # the untuned rules (the suite turns them off)
     call, reads_bias = FUSED[name]
     # (SDPA passes no mask with is_causal: the ops' bias is None then)
     gm = fake_cuda_graph(lambda q, k, v, bias: call(q, k, v, None if causal else bias, 0.0, causal, 0.3)[0])
@@ -53,6 +56,11 @@ def test_fused_gpu_attention_is_an_attention_region(name, causal):
     region = found.regions[0]
     reads_bias = reads_bias and not causal
     assert len(region.inputs) == (4 if reads_bias else 3)
+    kernel = kernel_of(install(gm, found.regions, direct=True)[0])
+    # untuned, eager's fused kernel runs (it beat the template on an H100); a tuned record may pick the template
+    assert kernel.compiled.aten_first
+    assert [i.name for i in candidates_for(kernel.graph, "triton", aten_first=True)] == ["aten", "attention"]
+
     # the lowered graph computes eager's attention (scale, causal flag, additive bias) on CPU tensors
     torch.manual_seed(0)
     q, k, v = (torch.randn(B, H, T, D, dtype=torch.bfloat16) for _ in range(3))
@@ -63,6 +71,17 @@ def test_fused_gpu_attention_is_an_attention_region(name, causal):
                                                    attn_mask=bias.float() if reads_bias else None,
                                                    is_causal=causal, scale=0.3)[0]
     torch.testing.assert_close(got, want.to(torch.bfloat16))
+
+
+def test_cpu_flash_attention_keeps_the_template_first(monkeypatch):
+    monkeypatch.setattr("kernelgen.runtime.aten.ENABLED", True)
+    # the per-target rule: eager's fused GPU kernels run first, on CPUs the template does
+    gm = make_fx(lambda q, k, v: aten._scaled_dot_product_flash_attention_for_cpu.default(q, k, v, 0.0, True)[0],
+                 tracing_mode="fake")(*(torch.randn(B, H, T, D) for _ in range(3)))
+    gm.graph.eliminate_dead_code()
+    found = partition(gm)
+    kernel = kernel_of(install(gm, found.regions, direct=True)[0])
+    assert kernel.template == "attention" and not kernel.compiled.aten_first
 
 
 @pytest.mark.parametrize("name,statistic", [("cudnn", "[B, H, Tq, 1]"), ("flash", "FlashAttention's logsumexp"),
