@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernelgen.frontend.fx_nodes import op_name
+
 
 # Training batch norm (what AOTAutograd makes of ``nn.BatchNorm*`` in train mode: the functional forward that also
 # returns the updated running statistics, and its backward), kept whole so that eager's fused CPU kernels run it.
@@ -35,7 +37,7 @@ def decompositions() -> dict:
 
     table = {}
     for op, fn in select_decomp_table().items():
-        name = _name(op)
+        name = op_name(op)
         if _keep_whole(name):
             continue
         table[op] = _unless_training(fn, _TRAINING_FLAG[name]) if name in _TRAINING_FLAG else fn
@@ -44,14 +46,10 @@ def decompositions() -> dict:
 
 def kept_whole(target: Any) -> str | None:
     """Why the backend left ATen op ``target`` whole for ATen to run, or None when it did not choose to."""
-    name = _name(target)
+    name = op_name(target)
     if name in _TRAINING_FLAG:
         return "training batch norm: eager's fused kernel runs it (kernelgen.frontend.decompositions)"
     return None
-
-
-def _name(op: Any) -> str:
-    return getattr(getattr(op, "_schema", None), "name", "")  # without the overload (``.no_stats`` is one)
 
 
 def _keep_whole(name: str) -> bool:

@@ -5,7 +5,9 @@ The backend is registered under the name ``kernelgen`` through the ``torch_dynam
 (and by ``register()``). Options are ``kernelgen.compile``'s keywords, applied to every region:
 ``torch.compile(m, backend="kernelgen", options={"backend": "triton", "tune": "auto", "trials": 20})``
 (``backend``: ``auto`` (by the inputs' device), ``cpp`` or ``triton``; ``tune``, ``db``, ``team_db``,
-``trials``, ``seconds`` as in ``kernelgen.compile``).
+``trials``, ``seconds`` as in ``kernelgen.compile``). ``cudagraphs`` (``options={"cudagraphs": True}``, or
+``mode="reduce-overhead"``) is the graph's own: each compiled graph runs through CUDA graph trees after its first
+call, where capture is safe (``kernelgen.frontend.cuda_graphs``; off by default).
 
 Coverage statistics for each compiled graph: ``stats()`` (every graph since ``reset_stats()``) or
 ``with collect() as graphs: ...`` (the graphs compiled inside the block).
@@ -23,6 +25,7 @@ from typing import Any
 
 from kernelgen.errors import KernelgenError
 from kernelgen.frontend.attention_pattern import fuse_written_attention
+from kernelgen.frontend import cuda_graphs
 from kernelgen.frontend.cleanup import aten_conversions, drop_noop_conversions, fold_constants
 from kernelgen.frontend.decompositions import decompositions
 from kernelgen.frontend.fx_nodes import is_view
@@ -34,6 +37,7 @@ from kernelgen.runtime import memory, threads
 log = logging.getLogger("kernelgen")
 NAME = "kernelgen"
 OPTIONS = ("backend", "tune", "db", "team_db", "trials", "seconds")  # kernelgen.compile's keywords
+GRAPH_OPTIONS = ("cudagraphs",)  # the compiled graph's own options, not the regions'
 _STATS: list["GraphStats"] = []
 _COLLECTORS: list[list["GraphStats"]] = []
 _LOCK = threading.Lock()
@@ -133,23 +137,33 @@ def compile_graph(gm: Any, name: str = "graph", options: dict | None = None, dir
 
 def kernelgen_backend(gm: Any, example_inputs: list, options: dict | None = None, mode: str | None = None) -> Any:
     """The Dynamo backend: AOTAutograd with a forward and a backward compiler that partition each graph.
-    ``options`` (from ``torch.compile(..., options=...)``): ``kernelgen.compile``'s keywords (see the module)."""
+    ``options`` (from ``torch.compile(..., options=...)``): ``kernelgen.compile``'s keywords and ``cudagraphs``
+    (see the module); ``mode``: ``default`` or ``reduce-overhead`` (``cudagraphs``)."""
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
+    from torch._inductor.utils import count_tangents, num_fw_fixed_arguments
 
     options = dict(options or {})
     threads.start()  # kernels follow the machine's load from now on (kernelgen.runtime.threads)
     memory.keep_freed_memory()  # no page faults on every step's activations (kernelgen.runtime.memory)
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown or mode not in (None, "default"):
+    unknown = sorted(set(options) - set(OPTIONS) - set(GRAPH_OPTIONS))
+    if unknown or (mode is not None and mode not in cuda_graphs.MODES):
         raise KernelgenError(f"kernelgen backend options {unknown} / mode={mode!r} are not understood; "
-                             f"options are {', '.join(OPTIONS)} (kernelgen.compile's keywords)")
+                             f"options are {', '.join(OPTIONS + GRAPH_OPTIONS)} (kernelgen.compile's keywords and "
+                             f"the graph's), modes {', '.join(cuda_graphs.MODES)}")
+    capture = bool(options.pop("cudagraphs", False)) or cuda_graphs.MODES.get(mode or "default", False)
+    step = cuda_graphs.Step()  # this Dynamo graph's forward and backward
 
     def compiler(name: str) -> Any:
         def compile_one(graph_module: Any, inputs: list) -> Any:
             compile_graph(graph_module, name, options, direct=True)
             # its ATen ops take as few threads as its kernels while other processes load the CPUs
-            return make_boxed_func(threads.following_load(graph_module.forward))
+            run = make_boxed_func(threads.following_load(graph_module.forward))
+            if not capture:
+                return run
+            fixed = count_tangents(graph_module) if name == "backward" else \
+                num_fw_fixed_arguments(len(example_inputs), len(inputs))
+            return cuda_graphs.wrap(run, graph_module, fixed, name, step)
 
         return compile_one
 
@@ -166,5 +180,5 @@ def register() -> None:
         register_backend(name=NAME)(kernelgen_backend)
 
 
-__all__ = ["GraphStats", "NAME", "OPTIONS", "collect", "compile_graph", "kernelgen_backend", "register",
+__all__ = ["GRAPH_OPTIONS", "GraphStats", "NAME", "OPTIONS", "collect", "compile_graph", "kernelgen_backend", "register",
            "reset_stats", "stats"]

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from kernelgen.errors import KernelgenError
-from kernelgen.frontend.fx_nodes import constant_value, is_symbolic, is_view, spec_of
+from kernelgen.frontend.fx_nodes import constant_value, is_symbolic, is_view, op_name, spec_of
 from kernelgen.frontend.patterns import aten_graph_of
 from kernelgen.registry import add_pattern_tracer
 from kernelgen.runtime.aten import NAME as ATEN
@@ -63,8 +63,8 @@ class RegionKernel:
         # every size of them (a shape family); other symbolic dims compile per size, bounded by max_variants.
         # (it is a region already: partition=False, its fallback is its ATen nodes; untuned, a region too small
         # to win runs them too: kernelgen.runtime.aten.aten_first)
-        ops = sum(1 for n in gm.graph.nodes if n.op == "call_function" and n.target is not operator.getitem
-                  and not is_view(n))
+        ops = [op_name(n.target) for n in gm.graph.nodes if n.op == "call_function" and n.target is not operator.getitem
+               and not is_view(n)]
         self.compiled = CompiledFunction(gm, **self.options, **({} if dynamic is None else {"dynamic": dynamic}),
                                          partition=False, aten_first=aten_first(graph, ops))
         self.impl: str | None = None  # what ran on the first call: a template/custom call name, "aten" or "eager"

@@ -9,13 +9,15 @@ from typing import Any
 from kernelgen.errors import UnsupportedOpError
 from kernelgen.ir.values import TensorSpec
 from kernelgen.lowering import reduction
-from kernelgen.lowering.rules import arg, cast_to, float_result, handles, is_node
+from kernelgen.lowering.rules import Refused, arg, cast_to, float_result, handles, is_node
 
 # ---------------------------------------------------------------------------------------- reductions
 
 @handles("getitem")
 def _getitem(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> Any:
     container, index = args
+    if isinstance(container, tuple) and isinstance(index, int) and isinstance(container[index], Refused):
+        raise UnsupportedOpError(f"{container[index].reason} (`{where}`)")
     if isinstance(container, tuple) and isinstance(index, int) and container[index] is not None:
         return container[index]
     raise UnsupportedOpError(f"indexing at `{where}`; only `.max(dim)[0]` / `.values` is supported")
