@@ -16,6 +16,7 @@ Coverage statistics for each compiled graph: ``stats()`` (every graph since ``re
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import threading
 from collections import Counter
@@ -25,11 +26,11 @@ from typing import Any
 
 from kernelgen.errors import KernelgenError
 from kernelgen.frontend.attention_pattern import fuse_written_attention
-from kernelgen.frontend import cuda_graphs
 from kernelgen.frontend.cleanup import aten_conversions, drop_noop_conversions, fold_constants
 from kernelgen.frontend.decompositions import decompositions
-from kernelgen.frontend.fx_nodes import is_view
+from kernelgen.frontend.fx_nodes import is_symbolic, is_view
 from kernelgen.frontend.partition import folded, partition
+from kernelgen.frontend import cuda_graphs, region_op
 from kernelgen.frontend.region_op import install
 from kernelgen.frontend.sink_views import sink_views
 from kernelgen.runtime import memory, threads
@@ -60,6 +61,7 @@ class GraphStats:
     left: dict[str, str] = field(default_factory=dict)
     runs: dict[str, int] = field(default_factory=dict)
     keys: list[str] = field(default_factory=list)  # its regions (``region_op.kernel_of``), in graph order
+    plain: Any = field(default=None, repr=False)  # the graph without its regions (``plain_when_every_region_fails``)
 
     @property
     def coverage(self) -> float:
@@ -125,6 +127,8 @@ def compile_graph(gm: Any, name: str = "graph", options: dict | None = None, dir
         record.fused_ops += sum(1 for n in region.nodes if n.target is not operator.getitem)
         record.templates[region.template] += 1
     record.regions = len(found.regions)
+    # the graph as ATen ops alone, cleaned up: what runs if no region's kernel can (plain_when_every_region_fails)
+    record.plain = copy.deepcopy(gm) if found.regions and not _symbolic(gm) else None
     record.keys = install(gm, found.regions, options, record.runs, direct)
     for reason in sorted(set(record.left.values())):
         log.info("kernelgen %s graph: ATen runs ops because %s", name, reason)
@@ -133,6 +137,38 @@ def compile_graph(gm: Any, name: str = "graph", options: dict | None = None, dir
         for graphs in _COLLECTORS:
             graphs.append(record)
     return record
+
+
+def plain_when_every_region_fails(gm: Any, record: GraphStats) -> Any:
+    """``gm``'s forward, which after its first call becomes the graph as plain ATen ops (``record.plain``) when
+    every region of it replayed its ATen ops because no kernel could run there (each candidate failed its check,
+    or the backend refused the inputs): a region that replays costs a call and a sub-graph's interpretation
+    beyond its ops (~10 us a region on a CPU; ~50 regions in a GPT-2 step), so a graph of failed regions cost
+    more than eager. One flag read per call after the first. Static graphs only (``record.plain`` is None for a
+    dynamic one: another size may pass its checks)."""
+    forward = gm.forward
+    if record.plain is None:
+        return forward
+    chosen: list[Any] = []
+
+    def run(*args: Any) -> Any:
+        if chosen:
+            return chosen[0](*args)
+        out = forward(*args)
+        kernels = [region_op.kernel_of(key) for key in record.keys]
+        if kernels and all(k.failed is not None or k.impl == "eager" for k in kernels):
+            log.warning("kernelgen %s graph: none of its %d regions could run a kernel here (see the warnings "
+                        "above); it runs as plain ATen ops from now on", record.name, len(kernels))
+            chosen.append(record.plain.forward)
+        else:
+            chosen.append(forward)
+        return out
+
+    return run
+
+
+def _symbolic(gm: Any) -> bool:
+    return any(is_symbolic(n.meta.get("val")) for n in gm.graph.nodes if n.op == "placeholder")
 
 
 def kernelgen_backend(gm: Any, example_inputs: list, options: dict | None = None, mode: str | None = None) -> Any:
@@ -156,9 +192,9 @@ def kernelgen_backend(gm: Any, example_inputs: list, options: dict | None = None
 
     def compiler(name: str) -> Any:
         def compile_one(graph_module: Any, inputs: list) -> Any:
-            compile_graph(graph_module, name, options, direct=True)
+            record = compile_graph(graph_module, name, options, direct=True)
             # its ATen ops take as few threads as its kernels while other processes load the CPUs
-            run = make_boxed_func(threads.following_load(graph_module.forward))
+            run = make_boxed_func(threads.following_load(plain_when_every_region_fails(graph_module, record)))
             if not capture:
                 return run
             fixed = count_tangents(graph_module) if name == "backward" else \
