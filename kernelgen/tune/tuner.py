@@ -25,6 +25,7 @@ from functools import partial
 from typing import Any
 
 from kernelgen.backends import get_backend
+from kernelgen.backends.clocks import clock_for
 from kernelgen.check import load
 from kernelgen.check.baselines import contestants
 from kernelgen.check.measure import TimingPolicy
@@ -205,7 +206,8 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
                               f"(ops: {', '.join(sorted(graph.ops() - {'input'}))})"
                               + (f"; {'; '.join(unusable)}" if unusable else ""))
     opts = _Options(trials, seconds, patience, sampler, workers, seed, isolate, timeout,
-                    _threads_free_here(policy or TimingPolicy()) if measure is None else policy or TimingPolicy(),
+                    _threads_free_here(policy or TimingPolicy(), get_backend(backend).tensor_device())
+                    if measure is None else policy or TimingPolicy(),
                     retune, on_trial, measure, time_eager, name or None)
     own_db = db is None
     if own_db:
@@ -298,14 +300,15 @@ def _declared_since(db: Any, graph: Graph, impls: Sequence[Implementation], targ
             if r.evidence is Evidence.DECLARED and r.provenance.created_at >= since]
 
 
-def _threads_free_here(policy: TimingPolicy) -> TimingPolicy:
+def _threads_free_here(policy: TimingPolicy, device: str = "cpu") -> TimingPolicy:
     """``policy`` with as many timing threads as there are CPUs not held by other work, when it leaves the
     thread count to the machine: a thread sharing a CPU with another process makes every barrier of an
     OpenMP kernel wait a time slice, and the timings measure that wait (``load.cpus_busy_elsewhere``). Each
-    record keeps the thread count it was timed with."""
+    record keeps the thread count it was timed with. Kernels on ``device`` whose clock the host's load does not
+    enter (a GPU's events, ``kernelgen.backends.clocks``) keep ``policy`` as it is."""
     from dataclasses import replace
 
-    if policy.threads is not None:
+    if policy.threads is not None or not clock_for(device).host_bound:
         return policy
     threads = policy.resolved_threads()
     busy = load.cpus_busy_elsewhere() if threads > 1 else 0
