@@ -349,8 +349,9 @@ def _showdown(db: Any, graph: Graph, records: Sequence[TuningRecord], winners: l
               impls: Sequence[Implementation], target: Target,
               opts: "_Options") -> tuple[Confirmation[Any], list[TuningRecord]]:
     """Re-measure every implementation's winner and default (and eager) in interleaved rounds and declare
-    the fastest; ties go to a default, then to the smallest implementation name, so the verdict is
-    deterministic and never slower than the default of its implementation."""
+    the fastest; ties go to a default (ATen's ops are one: their only config), and a margin within the rounds'
+    spread is a tie (``confirm.round_spread``), then to the smallest implementation name, so the verdict is
+    deterministic and never measurably slower than a default."""
     from contextlib import ExitStack
 
     by_name = {impl.name: impl for impl in impls}
@@ -466,8 +467,9 @@ def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Ta
             if default in trials and default not in chosen:
                 chosen.append(default)  # re-measured alongside, so "speedup over default" compares like with like
             with make_measurer() as measurer:
-                # The default too: if it re-measures fastest, it wins. Ties (within TIE_TOLERANCE) go to it as
-                # well, so a config replaces the default only when it is measurably faster, not on noise.
+                # The default too: if it re-measures fastest, it wins. Ties (within the rounds' spread,
+                # confirm.round_spread) go to it as well, so a config replaces the default only when it is
+                # measurably faster, not on noise.
                 conf = confirm([Finalist(c, partial(measurer.measure, c), trials[c], c == default) for c in chosen],
                                lambda c: c.key(),
                                references=contestants(measurer) if declare and opts.time_eager else None)
