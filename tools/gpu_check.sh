@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks of one session with a lent GPU machine, as one bounded script: whole models (bench_models.py
-# --device cuda), the Triton tests on the real device, a `kernelgen tune` of examples/workloads_gpu.toml and
-# benchmarks/bench_gpu.py over its records.
+# --device cuda), the Triton tests on the real device, a `kernelgen tune` of examples/workloads_gpu.toml (then its
+# pace per workload: time to first trial, trials per second, kernelgen.report.pace) and benchmarks/bench_gpu.py
+# over its records (with each memory-bound row's share of the bandwidth floor).
 # Each step has its own time limit so one slow step cannot starve the others; logs land in $OUT.
 #
 #     OUT=/tmp/out MODELS_S=240 TEST_S=200 TUNE_S=110 BENCH_S=70 [MANIFEST=...] [EXTRA=script.py] bash tools/gpu_check.sh [tests...]
@@ -46,6 +47,8 @@ if [ "${TUNE_S:-110}" -gt 0 ]; then
     timeout "${TUNE_S:-110}" python3 -m kernelgen tune "${MANIFEST:-examples/workloads_gpu.toml}" --seconds "${TUNE_PER_IMPL:-6}" --json \
         > "$OUT/tune.json" 2> "$OUT/tune.err"
     echo "tune rc=$? in $(( $(date +%s) - start )) s"; tail -5 "$OUT/tune.err" | cut -c1-300
+    # per workload: seconds from the previous one's last record to its first trial, and trials per second
+    python3 -m kernelgen.report.pace "$KERNELGEN_DB" --since "$start" 2>&1 | tee "$OUT/pace.txt" | cut -c1-200
 fi
 if [ "${BENCH_S:-70}" -gt 0 ]; then
     timeout "${BENCH_S:-70}" python3 benchmarks/bench_gpu.py --manifest "${MANIFEST:-examples/workloads_gpu.toml}" --rounds 3 --json > "$OUT/bench.txt" 2>&1

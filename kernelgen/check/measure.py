@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import os
 import traceback
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from kernelgen.backends import get_backend
+from kernelgen.backends.clocks import clock_for
 from kernelgen.backends.cpp import default_threads
 from kernelgen.check.baselines import compile_reference
 from kernelgen.check.compare import (FLOAT_RESULTS, LOW_PRECISION, VALUE_CLASSES, compare, judge, make_inputs, poison,
@@ -278,20 +280,28 @@ class Bench:
         unsteady."""
         attempts: list[tuple[TimeStats, str]] = []
         for _ in range(1 + max(0, self.policy.retries)):
-            with LoadProbe() as probe:
+            # The host's load is the timing's business only where the host runs the kernel: a GPU's events
+            # time the device, which other processes on the CPUs do not slow.
+            probe = LoadProbe() if self._clock().host_bound else None
+            with probe or nullcontext():
                 stats = self._time_once(fn, restore=restore)
-            why = unsteadiness(stats, probe.wait_fraction)
+            why = unsteadiness(stats, probe.wait_fraction if probe is not None else 0.0)
             if not why:
                 return stats, ""
             attempts.append((stats, why))
         stats, why = min(attempts, key=lambda a: a[0].median)
         return stats, f"{why} in each of {len(attempts)} attempts"
 
+    def _clock(self) -> Any:
+        """The clock of the device the inputs live on (``kernelgen.backends.clocks``): one for every candidate
+        there, templates, custom calls, the vendor GEMM and ATen alike, whichever backend built it."""
+        return clock_for(getattr(self, "_device", "cpu"))
+
     def _time_once(self, fn: Any, *, restore: bool) -> TimeStats:
         p = self.policy
         # An in-place kernel gets its inputs restored before every run, outside the timed region.
-        return self.backend.benchmark(fn, min_time=p.min_time, warmup=p.warmup, min_repeats=p.min_repeats,
-                                      max_repeats=p.max_repeats, before=self._restore if restore else None)
+        return self._clock().time(fn, min_time=p.min_time, warmup=p.warmup, min_repeats=p.min_repeats,
+                                  max_repeats=p.max_repeats, before=self._restore if restore else None)
 
 
 def unsteadiness(stats: TimeStats, wait_fraction: float) -> str:

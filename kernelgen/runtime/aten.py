@@ -62,13 +62,23 @@ class AtenImplementation(Implementation):
         return SearchSpace(())
 
     def build(self, config: Config, target: Target) -> Launcher:
-        graph, n = self.graph, len(self.graph.input_ids)
+        return AtenLauncher(self.graph, target.tensor_device)
 
-        def launch(*tensors: Any) -> None:
-            for out, value in zip(tensors[n:], evaluate(graph, tensors[:n])):
-                out.copy_(value)
 
-        return launch
+class AtenLauncher:
+    """The graph's eager evaluation copied into the outputs, on ``device``: the tensors' device the measurer
+    places its inputs on. Without it (a bare function) the measurer kept ATen's inputs on the CPU while every
+    other candidate ran on the GPU: on an H200 the ATen candidate of bias_gelu [8192, 4096] float32 was
+    recorded at 38.8 ms, the host's 15 threads evaluating it, where eager's CUDA kernel takes 0.17 ms."""
+
+    def __init__(self, graph: Graph, device: str) -> None:
+        self.graph, self.device = graph, device
+        self._inputs = len(graph.input_ids)
+
+    def __call__(self, *tensors: Any) -> None:
+        n = self._inputs
+        for out, value in zip(tensors[n:], evaluate(self.graph, tensors[:n])):
+            out.copy_(value)
 
 
 def covers(graph: Graph) -> bool:
@@ -128,4 +138,5 @@ def rebuild(graph: Graph, backend: str) -> AtenImplementation:
     return AtenImplementation(graph, backend)
 
 
-__all__ = ["AtenImplementation", "EAGER_FIRST", "ENABLED", "KERNEL_FIRST", "NAME", "TWO_OP_ELEMENTS", "aten_first", "covers", "rebuild"]
+__all__ = ["AtenImplementation", "AtenLauncher", "EAGER_FIRST", "ENABLED", "KERNEL_FIRST", "NAME", "TWO_OP_ELEMENTS",
+           "aten_first", "covers", "rebuild"]

@@ -25,6 +25,7 @@ from functools import partial
 from typing import Any
 
 from kernelgen.backends import get_backend
+from kernelgen.backends.clocks import clock_for
 from kernelgen.check import load
 from kernelgen.check.baselines import contestants
 from kernelgen.check.measure import TimingPolicy
@@ -205,7 +206,8 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
                               f"(ops: {', '.join(sorted(graph.ops() - {'input'}))})"
                               + (f"; {'; '.join(unusable)}" if unusable else ""))
     opts = _Options(trials, seconds, patience, sampler, workers, seed, isolate, timeout,
-                    _threads_free_here(policy or TimingPolicy()) if measure is None else policy or TimingPolicy(),
+                    _threads_free_here(policy or TimingPolicy(), get_backend(backend).tensor_device())
+                    if measure is None else policy or TimingPolicy(),
                     retune, on_trial, measure, time_eager, name or None)
     own_db = db is None
     if own_db:
@@ -298,14 +300,15 @@ def _declared_since(db: Any, graph: Graph, impls: Sequence[Implementation], targ
             if r.evidence is Evidence.DECLARED and r.provenance.created_at >= since]
 
 
-def _threads_free_here(policy: TimingPolicy) -> TimingPolicy:
+def _threads_free_here(policy: TimingPolicy, device: str = "cpu") -> TimingPolicy:
     """``policy`` with as many timing threads as there are CPUs not held by other work, when it leaves the
     thread count to the machine: a thread sharing a CPU with another process makes every barrier of an
     OpenMP kernel wait a time slice, and the timings measure that wait (``load.cpus_busy_elsewhere``). Each
-    record keeps the thread count it was timed with."""
+    record keeps the thread count it was timed with. Kernels on ``device`` whose clock the host's load does not
+    enter (a GPU's events, ``kernelgen.backends.clocks``) keep ``policy`` as it is."""
     from dataclasses import replace
 
-    if policy.threads is not None:
+    if policy.threads is not None or not clock_for(device).host_bound:
         return policy
     threads = policy.resolved_threads()
     busy = load.cpus_busy_elsewhere() if threads > 1 else 0
@@ -346,8 +349,9 @@ def _showdown(db: Any, graph: Graph, records: Sequence[TuningRecord], winners: l
               impls: Sequence[Implementation], target: Target,
               opts: "_Options") -> tuple[Confirmation[Any], list[TuningRecord]]:
     """Re-measure every implementation's winner and default (and eager) in interleaved rounds and declare
-    the fastest; ties go to a default, then to the smallest implementation name, so the verdict is
-    deterministic and never slower than the default of its implementation."""
+    the fastest; ties go to a default (ATen's ops are one: their only config), and a margin within the rounds'
+    spread is a tie (``confirm.round_spread``), then to the smallest implementation name, so the verdict is
+    deterministic and never measurably slower than a default."""
     from contextlib import ExitStack
 
     by_name = {impl.name: impl for impl in impls}
@@ -463,8 +467,9 @@ def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Ta
             if default in trials and default not in chosen:
                 chosen.append(default)  # re-measured alongside, so "speedup over default" compares like with like
             with make_measurer() as measurer:
-                # The default too: if it re-measures fastest, it wins. Ties (within TIE_TOLERANCE) go to it as
-                # well, so a config replaces the default only when it is measurably faster, not on noise.
+                # The default too: if it re-measures fastest, it wins. Ties (within the rounds' spread,
+                # confirm.round_spread) go to it as well, so a config replaces the default only when it is
+                # measurably faster, not on noise.
                 conf = confirm([Finalist(c, partial(measurer.measure, c), trials[c], c == default) for c in chosen],
                                lambda c: c.key(),
                                references=contestants(measurer) if declare and opts.time_eager else None)
