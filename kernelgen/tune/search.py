@@ -194,7 +194,10 @@ class Searcher:
             if row in hist.seen:
                 continue
             hist.seen.add(row)
-            self.study.enqueue_trial(ParamValues.of(self.domain).params(row), skip_if_exists=True)
+            # Not Optuna's skip_if_exists: it skips params of any trial, failed ones included, so the config of a
+            # trial abandoned for the machine's failure (a full disk) would never be queued again. ``hist.seen``
+            # is the test that counts: configs evaluated or taken, read under the schema lock.
+            self.study.enqueue_trial(ParamValues.of(self.domain).params(row))
 
     def _history(self) -> History:
         return History.of(self.study, self.domain)
