@@ -1,7 +1,9 @@
 """Turn a database URL into a configured SQLAlchemy engine, and driver errors into one-line DatabaseErrors.
 
 SQLite gets WAL, a busy timeout and ``BEGIN IMMEDIATE`` for write transactions so several processes can
-write one file at once; PostgreSQL gets a short connect timeout so an unreachable server fails fast.
+write one file at once; PostgreSQL gets a short connect timeout so an unreachable server fails fast, and a
+small, bounded pool: a team of tuners shares one server's ``max_connections`` (100 by default), so every
+process holds at most ``MAX_CONNECTIONS`` connections to its database (``TUNING_POOL`` and ``OPTUNA_POOL``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,14 @@ from sqlalchemy.pool import StaticPool
 from kernelgen.errors import DatabaseError, ReadOnlyDatabaseError
 
 CONNECT_TIMEOUT_S = 5  # fail fast on an unreachable server
+# Connections to a server database, per engine and process: (pool_size: kept open between uses, max_overflow:
+# opened at a peak and closed after). SQLAlchemy's default, 5 + 10 per engine, and an engine per Optuna study
+# had one `kernelgen tune` hold 15-20 connections and a model's 32: five tuners filled a default server.
+TUNING_POOL = (2, 1)  # the tuning database: a model's region claim and a confirmation lock, held across a commit
+TEAM_POOL = (1, 1)  # a read-only team database: reads only
+OPTUNA_POOL = (1, 1)  # Optuna's storage of the tuning database (kernelgen.tune.search): opening it takes two at once
+MAX_CONNECTIONS = sum(TUNING_POOL) + sum(OPTUNA_POOL)  # what one tuner process holds to its database, at most
+POOL_TIMEOUT_S = 120  # a thread waits this long for a connection another thread of the process returns
 SQLITE_BUSY_TIMEOUT_MS = 60_000  # writers queue behind each other instead of failing with "locked"
 _WRITE_OPTION = "kernelgen_write"
 _SINGLE_READ_OPTION = "kernelgen_single_read"
@@ -127,6 +137,8 @@ def make_engine(url: URL, *, read_only: bool) -> Engine:
             given = url.query.get("options", "")
             given = " ".join(given) if isinstance(given, tuple) else given  # keep e.g. -csearch_path=team
             connect_args["options"] = f"{given} -c default_transaction_read_only=on".strip()
+    if backend != "sqlite":  # a server: its connections are shared with every other process using it
+        kwargs.update(pool_options(TEAM_POOL if read_only else TUNING_POOL))
     try:
         engine = create_engine(url, connect_args=connect_args, **kwargs)
     except (sa_exc.NoSuchModuleError, ModuleNotFoundError, ImportError) as err:
@@ -137,6 +149,11 @@ def make_engine(url: URL, *, read_only: bool) -> Engine:
     if backend == "sqlite":
         _configure_sqlite(engine, memory=sqlite_path(url) is None, read_only=read_only)
     return engine
+
+
+def pool_options(bound: tuple[int, int]) -> dict[str, int]:
+    """``create_engine`` arguments of a server pool of ``bound`` (pool_size, max_overflow): see ``TUNING_POOL``."""
+    return {"pool_size": bound[0], "max_overflow": bound[1], "pool_timeout": POOL_TIMEOUT_S}
 
 
 def _is_wal(path: Path) -> bool:
@@ -292,7 +309,7 @@ def transaction(engine: Engine, url: URL, *, write: bool, read_only: bool,
                 conn.execution_options(**{_SINGLE_READ_OPTION: True})
             with conn.begin():
                 yield conn
-    except sa_exc.DBAPIError as err:
+    except (sa_exc.DBAPIError, sa_exc.TimeoutError) as err:
         raise translate(err, url) from None
 
 
@@ -338,8 +355,13 @@ def flock_file(path: str, mode: int, wait: bool = True) -> Iterator[bool]:
         os.close(fd)  # closing releases the lock
 
 
-def translate(err: sa_exc.DBAPIError, url: URL) -> DatabaseError:
-    """A one-line DatabaseError for a driver error, naming the URL and what to check."""
+def translate(err: "sa_exc.DBAPIError | sa_exc.TimeoutError", url: URL) -> DatabaseError:
+    """A one-line DatabaseError for a driver error (or a pool with no free connection), naming the URL and what
+    to check."""
+    if isinstance(err, sa_exc.TimeoutError):  # every connection of the bounded pool stayed busy
+        return DatabaseError(f"no connection to {shown(url)} came free in this process for {POOL_TIMEOUT_S} s "
+                             f"(it holds at most {MAX_CONNECTIONS}): another thread holds them; retry, and report it "
+                             "if it repeats")
     detail = str(getattr(err, "orig", None) or err).strip().splitlines()
     first = detail[0] if detail else type(err).__name__
     for line in detail[1:]:  # psycopg puts the useful part ("Connection refused") on a later line
@@ -361,3 +383,4 @@ def translate(err: sa_exc.DBAPIError, url: URL) -> DatabaseError:
         return DatabaseError(f"{where} stayed locked for {SQLITE_BUSY_TIMEOUT_MS // 1000} s ({first}): "
                              "another process holds a long write; retry when it is done")
     return DatabaseError(f"database error on {where}: {first}")
+

@@ -1,0 +1,134 @@
+"""How many connections tuners hold on a PostgreSQL server. One `kernelgen tune` holds at most
+``MAX_CONNECTIONS`` (5) to its database, so a team of tuners fits a server's ``max_connections``.
+
+Before: a manifest tune held 15-20 connections and a model's 16-32 (SQLAlchemy's 5 + 10 per engine, and an Optuna
+engine per study left behind with its idle connections until the garbage collector found it): five tuners filled
+a default server, and of eight at once six failed with "too many clients", one with a traceback.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kernelgen.db import open_db
+from kernelgen.db.engine import MAX_CONNECTIONS, parse_url
+from kernelgen.ir.values import Evidence
+from tests.db import pg
+
+HERE = Path(__file__).resolve().parent
+OPS = ("import torch\nimport torch.nn.functional as F\ndef relu_add(x, y):\n    return torch.relu(x + y)\n"
+       "def bias_gelu(x, b):\n    return F.gelu(x + b)\n")
+RELU_ADD = '''
+[[workload]]
+name = "relu_add"
+function = "kg_conn_ops:relu_add"
+inputs = [{shape = [32, 32], dtype = "float32"}, {shape = [32, 32], dtype = "float32"}]
+trials = 3
+'''
+# bias_gelu has a template, a registered custom call and its ATen ops: three studies and the verdict's showdown.
+BIAS_GELU = '''
+[[workload]]
+name = "bias_gelu"
+function = "kg_conn_ops:bias_gelu"
+inputs = [{shape = [32, 64], dtype = "float32"}, {shape = [64], dtype = "float32"}]
+trials = 3
+'''
+SMALL_SERVER = 24  # max_connections of the server the team tests share: 4 tuners fit only if each holds <= 6
+
+
+def _tuner(tmp_path: Path, url: str, manifest: str | None = RELU_ADD + BIAS_GELU, model: str | None = None,
+           ) -> subprocess.Popen:
+    (tmp_path / "kg_conn_ops.py").write_text(OPS)
+    if model is not None:  # a whole model (tests/tune/model_fakes.py): a region claim held across each tuning
+        args = ["--model", model, "--mode", "infer", "--trials", "2"]
+    else:
+        path = tmp_path / "workloads.toml"
+        path.write_text(textwrap.dedent(manifest or ""))
+        args = [str(path), "--sampler", "random"]
+    env = {**os.environ, "KERNELGEN_CACHE_DIR": str(tmp_path / "kernels"),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(HERE.parent / "tune"), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen([sys.executable, "-m", "kernelgen", "tune", *args, "--db", url, "--json"], cwd=tmp_path,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _admin(cluster: pg.Cluster):
+    import psycopg
+
+    return psycopg.connect(cluster.admin_url.replace("postgresql+psycopg", "postgresql"), autocommit=True)
+
+
+def _peak_connections(cluster: pg.Cluster, url: str, procs: list[subprocess.Popen]) -> tuple[int, list]:
+    """The most server-side connections to ``url``'s database seen while ``procs`` run (sampled every 20 ms from
+    ``pg_stat_activity``; the sampler's own connection is to another database), and their (rc, out, err)."""
+    database = parse_url(url).database
+    peak = 0
+    done = threading.Event()
+    outputs: list = [None] * len(procs)
+
+    def wait(i: int) -> None:
+        out, err = procs[i].communicate(timeout=280)
+        outputs[i] = (procs[i].returncode, out, err)
+
+    waiters = [threading.Thread(target=wait, args=(i,), daemon=True) for i in range(len(procs))]
+    for w in waiters:
+        w.start()
+    with _admin(cluster) as admin:
+        while not done.is_set():
+            count = admin.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (database,)).fetchone()[0]
+            peak = max(peak, count)
+            done.wait(0.02)
+            if not any(w.is_alive() for w in waiters):
+                done.set()
+    return peak, outputs
+
+
+@pytest.fixture(scope="module")
+def small_server() -> Iterator[pg.Cluster]:
+    """A server of its own whose max_connections is SMALL_SERVER (skips when none can start)."""
+    if os.environ.get("KERNELGEN_TEST_PG_URL"):
+        pytest.skip("needs a throw-away server with a low max_connections, not KERNELGEN_TEST_PG_URL")
+    cluster = pg.start(max_connections=SMALL_SERVER)
+    if isinstance(cluster, str):
+        pytest.skip(cluster)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("what", ["manifest", pytest.param("model", marks=pytest.mark.slow)])
+def test_one_tuner_holds_at_most_five_connections(tmp_path, pg_cluster, what) -> None:
+    if isinstance(pg_cluster, str):
+        pytest.skip(pg_cluster)
+    assert MAX_CONNECTIONS <= 5
+    url = pg_cluster.database()  # a database of its own: pg_stat_activity counts by database
+    proc = _tuner(tmp_path, url, model="model_fakes:make" if what == "model" else None)
+    peak, [(rc, out, err)] = _peak_connections(pg_cluster, url, [proc])
+    assert rc == 0, err[-3000:]
+    assert 0 < peak <= MAX_CONNECTIONS, f"one `kernelgen tune` ({what}) held {peak} connections"
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_four_tuners_at_once_fit_a_server_of_24_connections(tmp_path, small_server) -> None:
+    url = small_server.database()
+    procs = [_tuner(tmp_path, url) for _ in range(4)]
+    peak, outputs = _peak_connections(small_server, url, procs)
+    for rc, out, err in outputs:
+        assert rc == 0 and "Traceback" not in err, err[-3000:]
+        assert all(w["error"] is None for w in json.loads(out)["workloads"])
+    assert peak <= 4 * MAX_CONNECTIONS
+    with open_db(url, team_url="") as db:
+        verdicts = collections.Counter(r.workload_key for r in db.records() if r.evidence is Evidence.DECLARED)
+    assert len(verdicts) == 2 and set(verdicts.values()) == {1}  # each workload tuned once, by the team
