@@ -3,12 +3,14 @@
 The only module of kernelgen that creates Optuna studies. A study may live in any SQLAlchemy URL, so
 several processes or hosts can work on one study: each asks for configs nobody has evaluated or is
 evaluating. Every evaluated config is one trial carrying its ``Measurement`` in user attributes. A tuning
-opens its database's Optuna storage once (``StudyStorage``) for all its studies.
+opens its database's Optuna storage once (``StudyStorage``) for all its studies, and a driver error raised
+inside Optuna reaches the caller as kernelgen's one-line ``DatabaseError``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import time
 import warnings
@@ -19,8 +21,8 @@ from typing import Any
 import optuna
 from optuna.trial import Trial, TrialState
 
-from kernelgen.db.engine import (CONNECT_TIMEOUT_S, OPTUNA_POOL, SQLITE_BUSY_TIMEOUT_MS, parse_url, pool_options,
-                                 serialise_sqlite, shown)
+from kernelgen.db.engine import (CONNECT_TIMEOUT_S, OPTUNA_POOL, SQLITE_BUSY_TIMEOUT_MS, database_error, parse_url,
+                                 pool_options, serialise_sqlite, shown)
 from kernelgen.db.locks import SCHEMA_LOCK, named_lock
 from kernelgen.errors import KernelgenError
 from kernelgen.ir.space import SearchSpace
@@ -157,6 +159,15 @@ class StudyStorage:
             self._opened = True
         return self._rdb
 
+    def error(self, exc: BaseException) -> KernelgenError | None:
+        """``exc`` (raised inside Optuna) as kernelgen's one-line DatabaseError, or None when it is not a driver's."""
+        if self.url is None:
+            return None
+        try:
+            return database_error(exc, parse_url(self.url))
+        except KernelgenError as bad_url:
+            return bad_url
+
     def close(self) -> None:
         if self._rdb is not None:
             self._rdb.engine.dispose()
@@ -171,6 +182,24 @@ class StudyStorage:
 
 def _as_storage(storage: "str | StudyStorage | None") -> StudyStorage:
     return storage if isinstance(storage, StudyStorage) else StudyStorage(storage)
+
+
+def _database_errors(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Let a driver error raised inside Optuna leave a ``Searcher`` method as a one-line DatabaseError (a full
+    server: ``TooManyConnectionsError``, the environment's failure), never as a SQLAlchemy traceback."""
+    @functools.wraps(method)
+    def wrapper(self: "Searcher", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except KernelgenError:
+            raise
+        except Exception as exc:
+            storage = getattr(self, "_storage", None)  # None: __init__ failed before it opened anything
+            error = None if storage is None else storage.error(exc)
+            if error is None:
+                raise
+            raise error from None
+    return wrapper
 
 
 @dataclass(frozen=True)
@@ -191,6 +220,7 @@ class Searcher:
     ``study_name``. One Searcher is not thread-safe.
     """
 
+    @_database_errors
     def __init__(self, space: SearchSpace, *, sampler: str = "auto", seed: int | None = None,
                  storage: "str | StudyStorage | None" = None, study_name: str | None = None,
                  warm_start: Sequence[Config] = (), objective_name: str = "time",
@@ -211,6 +241,9 @@ class Searcher:
             except KernelgenError:
                 raise
             except Exception as exc:  # bad URL, unreachable server, incompatible schema
+                error = self._storage.error(exc)
+                if error is not None:
+                    raise error from None
                 raise KernelgenError(f"cannot open the Optuna study {study_name!r} at {_shown(self._storage.url)}: "
                                      f"{' '.join(str(exc).split())}") from exc
             if self.study.metric_names is None:
@@ -248,6 +281,7 @@ class Searcher:
     def _history(self) -> History:
         return History.of(self.study, self.domain)
 
+    @_database_errors
     def ask(self) -> Config | None:
         for _ in range(16):
             hist = self._history()
@@ -269,6 +303,7 @@ class Searcher:
             return config
         return None
 
+    @_database_errors
     def tell(self, config: Config, measurement: Measurement) -> None:
         trial = self._pending.pop(Config(dict(config)), None)
         if trial is None:
@@ -288,6 +323,7 @@ class Searcher:
             # treat the config as the worst time seen, so failing regions are avoided.
             self.study.tell(trial, state=TrialState.FAIL)
 
+    @_database_errors
     def abandon(self, config: Config) -> None:
         """Close an asked config without a measurement (the measurer raised); it may be asked again."""
         trial = self._pending.pop(Config(dict(config)), None)
@@ -295,6 +331,7 @@ class Searcher:
             _HEARTBEAT.release(trial)
             self.study.tell(trial, state=TrialState.FAIL)
 
+    @_database_errors
     def measurements(self) -> list[Measurement]:
         """Every measurement of the study in trial order (this and other workers, earlier runs)."""
         out = []
@@ -312,6 +349,7 @@ class Searcher:
         return None if best is None else (best.config, best.time.median)  # type: ignore[union-attr]
 
     @property
+    @_database_errors
     def n_evaluated(self) -> int:
         return len(self._history().rows)
 
@@ -327,6 +365,13 @@ def mark_best(storage: "str | StudyStorage", study_name: str, mark: Mapping[str,
             return True
     except KeyError:
         return False
+    except KernelgenError:
+        raise
+    except Exception as exc:
+        error = studies.error(exc)
+        if error is None:
+            raise
+        raise error from None
     finally:
         if studies is not storage:  # opened here for this one mark
             studies.close()

@@ -1,5 +1,7 @@
 """How many connections tuners hold on a PostgreSQL server. One `kernelgen tune` holds at most
-``MAX_CONNECTIONS`` (5) to its database, so a team of tuners fits a server's ``max_connections``.
+``MAX_CONNECTIONS`` (5) to its database, so a team of tuners fits a server's ``max_connections``; a server with no
+slot left is a one-line error naming its limit and the fix, the environment's failure (retryable), never a
+traceback nor a verdict on a config.
 
 Before: a manifest tune held 15-20 connections and a model's 16-32 (SQLAlchemy's 5 + 10 per engine, and an Optuna
 engine per study left behind with its idle connections until the garbage collector found it): five tuners filled
@@ -19,9 +21,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import exc as sa_exc
 
 from kernelgen.db import open_db
-from kernelgen.db.engine import MAX_CONNECTIONS, parse_url
+from kernelgen.db.engine import MAX_CONNECTIONS, parse_url, translate
+from kernelgen.errors import EnvironmentFailure, TooManyConnectionsError, environment_cause
 from kernelgen.ir.values import Evidence
 from tests.db import pg
 
@@ -104,6 +108,19 @@ def small_server() -> Iterator[pg.Cluster]:
     cluster.stop()
 
 
+def test_a_server_with_no_slot_left_is_the_environments_one_line_failure() -> None:
+    url = parse_url("postgresql+psycopg://kg@db.example:5432/tuning")
+    said = ('connection failed: connection to server at "10.0.0.5", port 5432 failed: FATAL:  sorry, too many '
+            'clients already')
+    error = translate(sa_exc.OperationalError("SELECT 1", {}, Exception(said)), url)
+    assert isinstance(error, TooManyConnectionsError) and isinstance(error, EnvironmentFailure)
+    assert environment_cause(error) is not None  # retryable wherever the tuner tells the machine's failures apart
+    message = str(error)
+    assert "\n" not in message and "sorry, too many clients already" in message
+    assert "max_connections" in message and f"at most {MAX_CONNECTIONS} connections" in message
+    assert "run fewer tuners" in message
+
+
 @pytest.mark.postgres
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("what", ["manifest", pytest.param("model", marks=pytest.mark.slow)])
@@ -132,3 +149,42 @@ def test_four_tuners_at_once_fit_a_server_of_24_connections(tmp_path, small_serv
     with open_db(url, team_url="") as db:
         verdicts = collections.Counter(r.workload_key for r in db.records() if r.evidence is Evidence.DECLARED)
     assert len(verdicts) == 2 and set(verdicts.values()) == {1}  # each workload tuned once, by the team
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("free", [0, 1, 2])
+def test_a_full_server_is_one_line_and_judges_nothing(tmp_path, small_server, free) -> None:
+    """Every slot taken but ``free``: the tuner fails opening its database (0), taking its schema lock (1) or
+    opening Optuna's storage (2). One line naming the limit and the fix, no traceback, no record of a failed
+    config; once slots are free again the rerun tunes."""
+    import psycopg
+
+    url = small_server.database()
+    held = []
+    try:
+        while True:  # take every slot (the test's user is a superuser: the reserved ones too)
+            try:
+                held.append(_admin(small_server))
+            except psycopg.OperationalError:
+                break
+        for conn in held[:free]:
+            conn.close()
+        del held[:free]
+        proc = _tuner(tmp_path, url, RELU_ADD)
+        out, err = proc.communicate(timeout=280)
+    finally:
+        for conn in held:
+            conn.close()
+    assert proc.returncode == 1 and "Traceback" not in err, err[-3000:]
+    said = err if free == 0 else json.loads(out)["workloads"][0]["error"]
+    assert "too many clients" in said and "run fewer tuners" in said, said
+    if free:  # the process's first connection read the limit
+        assert f"max_connections = {SMALL_SERVER}" in said, said
+    with open_db(url, team_url="") as db:
+        assert all(r.measurement.ok for r in db.records())  # nothing judged by the full server
+    if free == 2:
+        rerun = _tuner(tmp_path, url, RELU_ADD)
+        out, err = rerun.communicate(timeout=280)
+        assert rerun.returncode == 0, err[-3000:]
+        assert json.loads(out)["workloads"][0]["results"][0]["implementation"]
