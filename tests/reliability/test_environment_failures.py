@@ -142,3 +142,29 @@ def test_the_config_a_broken_machine_failed_is_measured_by_the_rerun_and_only_by
     assert rerun.default is not None  # measured in the verdict's rounds: "vs default" is known
     third = run()
     assert calls == [] and third.measured == 0  # measured once is measured: nothing again
+
+
+def test_a_trial_the_database_could_not_store_is_not_left_running(tmp_path) -> None:
+    """The server refused the commit of a measured trial (no connection slot left): the tuning ends with that
+    one-line error, and the trial is abandoned, not left RUNNING under a live owner (which no other process takes
+    over while this one lives: a model's tuner goes on with its next region)."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from kernelgen.errors import TooManyConnectionsError
+    from tests.reliability.fakes import Counting
+
+    graph = add_graph(64)
+    url = f"sqlite:///{tmp_path / 'tuning.sqlite'}"
+    with open_db(url, team_url="") as db:
+        def refused(_record):
+            raise TooManyConnectionsError("the database server has no connection left")
+
+        db.commit = refused
+        with pytest.raises(TooManyConnectionsError):
+            tune_graph(graph, db=db, implementations=[FourConfigs(graph)], measure=Counting(), trials=2, seed=0)
+    storage = optuna.storages.RDBStorage(url)
+    trials = [t for s in optuna.get_all_study_summaries(storage)
+              for t in optuna.load_study(study_name=s.study_name, storage=storage).get_trials()]
+    storage.engine.dispose()
+    assert trials and not [t for t in trials if t.state is TrialState.RUNNING]
