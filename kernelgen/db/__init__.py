@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import os
 
-from sqlalchemy import exc as sa_exc
-
-from kernelgen.db.engine import make_engine, parse_url, same_database, shown, translate
+from kernelgen.db.engine import make_engine, parse_url, same_database, shown
 from kernelgen.db.jsonl import FORMAT as EXPORT_FORMAT
 from kernelgen.db.jsonl import VERSION as EXPORT_VERSION
 from kernelgen.db.layered import LayeredDB
@@ -21,8 +19,7 @@ from kernelgen.paths import default_db_url
 
 TEAM_DB_ENV = "KERNELGEN_TEAM_DB"
 
-__all__ = ["EXPORT_FORMAT", "EXPORT_VERSION", "LayeredDB", "TEAM_DB_ENV", "TuningDB", "driver_failure", "open_db",
-           "open_local", "upgrade_db"]
+__all__ = ["EXPORT_FORMAT", "EXPORT_VERSION", "LayeredDB", "TEAM_DB_ENV", "TuningDB", "open_db", "open_local", "upgrade_db"]
 
 
 def open_db(url: str | None = None, *, team_url: str | None = None, read_only: bool = False) -> "TuningDB | LayeredDB":
@@ -77,17 +74,3 @@ def upgrade_db(url: str | None = None) -> tuple[str, str]:
     finally:
         engine.dispose()
     return schema_number(before), schema_number(after)
-
-
-def driver_failure(exc: BaseException, url: str) -> DatabaseError | None:
-    """The database's own one-line error (``engine.translate``: read-only, unreachable, locked) for the driver error
-    among ``exc``'s causes, else None. Optuna wraps a failed write to the same database in a StorageInternalError
-    whose message blames "invalid data in the commit"."""
-    seen: set[int] = set()
-    cause: BaseException | None = exc
-    while cause is not None and id(cause) not in seen:
-        if isinstance(cause, sa_exc.DBAPIError):
-            return translate(cause, parse_url(url))
-        seen.add(id(cause))
-        cause = cause.__cause__ or cause.__context__
-    return None

@@ -31,6 +31,7 @@ from kernelgen.check.baselines import contestants
 from kernelgen.check.measure import TimingPolicy
 from kernelgen.check.worker import InProcessMeasurer, IsolatedMeasurer
 from kernelgen.db import open_db
+from kernelgen.db.locks import SCHEMA_LOCK
 from kernelgen.db.verdict import NO_VERDICT, is_refused, note_of, rounds_tag
 from kernelgen.errors import NoTemplateError
 from kernelgen.ir.graph import Graph
@@ -42,7 +43,7 @@ from kernelgen.runtime.implementations import candidates_for
 from kernelgen.tune.confirm import CONFIRM_ROUNDS, Confirmation, Finalist, commit_confirmation, confirm
 from kernelgen.tune.manifest import workload_implementations
 from kernelgen.tune.preflight import check_budget, usable_implementations
-from kernelgen.tune.search import mark_best
+from kernelgen.tune.search import StudyStorage, mark_best
 from kernelgen.tune.trial_loop import (ENVIRONMENT_STOP, FunctionMeasurer, SearchState, TrialEvent, is_confirmation,
                                        pick_winner, run_workers)
 from kernelgen.version import __version__
@@ -171,6 +172,7 @@ class _Options:
     measure: Callable[[Implementation, Config], Measurement] | None = None
     time_eager: bool = False
     name: str | None = None
+    studies: Any = None  # the database's Optuna storage (StudyStorage), opened by tune_graph for all its studies
 
 
 def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: int | None = None,
@@ -221,6 +223,9 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
             if own_db:
                 db.close()
             raise
+    # One Optuna storage for every study of this call, its schema lock taken on the database's own connections:
+    # with an RDBStorage per study, each left an engine and its idle connections behind (kernelgen.db.engine).
+    opts.studies = StudyStorage(db.optuna_storage_url, lock=lambda: db.lock(SCHEMA_LOCK))
     try:
         result = TuneResult(graph=graph, backend=backend, target=target, best=None, trials=[], measured=0,
                             name=name or "")
@@ -257,7 +262,7 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
         result.best = db.best(graph.workload_key, target.fingerprint,
                               implementations={impl.name: impl.source_hash() for impl in impls})
         if result.measured:
-            _mark_studies(db, graph, impls, target, opts.name, result.best)
+            _mark_studies(db, graph, impls, target, opts, result.best)
         if rounds is not None:
             result.eager = rounds[0].eager
             _log_rounds(graph, rounds[0])
@@ -270,13 +275,14 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
         if stopped:  # said beside the result: the rerun, once the resource is back, completes the tuning
             result.note = f"{stopped[0]} (no config was judged by it)"
     finally:
+        opts.studies.close()
         if own_db:
             db.close()
     result.seconds = time.monotonic() - start
     return result
 
 
-def _mark_studies(db: Any, graph: Graph, impls: Sequence[Implementation], target: Target, name: str | None,
+def _mark_studies(db: Any, graph: Graph, impls: Sequence[Implementation], target: Target, opts: "_Options",
                   best: TuningRecord | None) -> None:
     """Mark each implementation's study with what dispatch runs of it (``search.ATTR_BEST``) and whether that
     is the workload's verdict: the dashboard's "best trial" is one lucky sample, this is the verdict."""
@@ -285,7 +291,7 @@ def _mark_studies(db: Any, graph: Graph, impls: Sequence[Implementation], target
             db.best(graph.workload_key, target.fingerprint, implementations={impl.name: impl.source_hash()})
         if mine is None:
             continue
-        mark_best(db.optuna_storage_url, study_name(graph, impl, target, name), {
+        mark_best(opts.studies, study_name(graph, impl, target, opts.name), {
             "config": mine.config.to_json(), "time": mine.measurement.time.median,  # type: ignore[union-attr]
             "record_id": mine.record_id, "implementation": mine.implementation, "evidence": mine.evidence.name,
             "workload_best": best is not None and mine.record_id == best.record_id})
@@ -438,7 +444,7 @@ def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Ta
 
     state = SearchState(known, trials=opts.trials, seconds=opts.seconds, patience=opts.patience,
                         on_trial=opts.on_trial, measured_elsewhere=measured_elsewhere)
-    storage = db.optuna_storage_url
+    storage = opts.studies
     make_measurer = _measurer_factory(impl, opts)
     searcher_args = dict(sampler=opts.sampler, storage=storage, study_name=study_name(graph, impl, target, opts.name),
                          warm_start=warm, user_attrs=study_attrs(graph, impl, target, opts.name))
