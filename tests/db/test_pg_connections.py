@@ -177,7 +177,7 @@ def test_a_full_server_is_one_line_and_judges_nothing(tmp_path, small_server, fr
         for conn in held:
             conn.close()
     assert proc.returncode == 1 and "Traceback" not in err, err[-3000:]
-    said = err if free == 0 else json.loads(out)["workloads"][0]["error"]
+    said = err  # a database failure ends the run in one line (it is no workload's outcome)
     assert "too many clients" in said and "run fewer tuners" in said, said
     if free:  # the process's first connection read the limit
         assert f"max_connections = {SMALL_SERVER}" in said, said
