@@ -7,7 +7,8 @@ optional JSON-able dict on the implementation), then builds and measures configs
 replaces it and the tuning run goes on.
 
 Protocol (one JSON object per line; the worker's own stdout is redirected to stderr so kernels that
-print cannot corrupt it): ``setup`` -> ``{"ok": true}`` | ``{"error": msg}``; ``build`` / ``run`` with a
+print cannot corrupt it): ``setup`` -> ``{"ok": true}`` | ``{"error": msg}`` (a setup the worker holds, one of
+the current graph's implementations, is selected, not rebuilt); ``build`` / ``run`` with a
 config -> ``{"measurement": ...}`` (``build`` answers ``{"ok": true}`` when the config compiled);
 ``check`` with a built config -> ``{"ok": true}`` | ``{"measurement": failure}`` (one run compared with the
 reference, not timed: the first check of a config in dispatch and ``registry check``);
@@ -44,6 +45,7 @@ WORKER_FACTORY_ATTR = "worker_factory"  # optional "module:callable" on an Imple
 WORKER_ARGS_ATTR = "worker_args"  # optional keyword arguments (JSON) the factory is called with
 SETUP_TIMEOUT = 180.0  # importing torch and computing the reference; generous on a loaded machine
 BUILD_TIMEOUT = 600.0  # compiling one config, when no timeout is given
+HELD_BENCHES = 16  # implementations of one graph a worker keeps set up (a showdown takes turns between them)
 
 
 class WorkerDied(Exception):
@@ -380,13 +382,23 @@ def rebuild_implementation(graph: Graph, name: str, backend: str, factory: str |
 
 
 class _Session:
+    """The worker's state: the ``Bench`` of every implementation set up for the current graph (at most
+    ``HELD_BENCHES``), so measurers taking turns on one worker (the interleaved rounds between implementations)
+    switch with a setup that only selects; a setup for another graph drops the others' benches."""
+
     def __init__(self) -> None:
         self.bench: Any = None
+        self.held: dict[str, tuple[str, Any]] = {}  # setup request (as JSON) -> (its graph as JSON, its Bench)
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request.get("op")
         if op == "setup":
-            return self._setup(request)
+            key = json.dumps(request, sort_keys=True)
+            if key not in self.held:
+                return self._setup(request, key)
+            self.bench = self.held[key][1]
+            pin_threads(self.bench.threads)  # the measurer before may have timed with another thread count
+            return {"ok": True}
         if self.bench is None:
             return {"error": "worker not set up"}
         if op == "eager":
@@ -409,7 +421,13 @@ class _Session:
             return {"ok": True} if failure is None else {"measurement": failure.to_json()}
         return {"error": f"unknown request {op!r}"}
 
-    def _setup(self, request: dict[str, Any]) -> dict[str, Any]:
+    def _setup(self, request: dict[str, Any], key: str) -> dict[str, Any]:
+        self.bench = None
+        graph_json = json.dumps(request["graph"], sort_keys=True)
+        for other in [k for k, (g, _) in self.held.items() if g != graph_json]:
+            del self.held[other]  # another graph's inputs and references (device memory on a GPU) go
+        while len(self.held) >= HELD_BENCHES:
+            del self.held[next(iter(self.held))]
         try:
             sys.path.extend(p for p in request.get("sys_path", ()) if p not in sys.path)
             policy = TimingPolicy.from_json(request["policy"])
@@ -425,6 +443,7 @@ class _Session:
         except Exception as exc:  # reported to the parent, which raises it as a KernelgenError
             self.bench = None
             return {"error": f"{type(exc).__name__}: {exc}"}
+        self.held[key] = (graph_json, self.bench)
         return {"ok": True}
 
 
