@@ -320,6 +320,12 @@ class IsolatedMeasurer:
                                threads=self.threads)
         if isinstance(reply, dict) and "error" in reply:
             return Measurement(config=config, status=Status.RUNTIME_ERROR, message=reply["error"], threads=self.threads)
+        failure = reply if isinstance(reply, Measurement) else \
+            Measurement.from_json(reply["measurement"]) if "measurement" in reply else None
+        if failure is not None and failure.retryable:
+            # The machine failed (no space, no file descriptors, no memory): the worker may be what ran short,
+            # so it is not reused; the next request starts a fresh one.
+            worker.kill()
         return reply
 
     def eager(self) -> TimeStats | None:

@@ -60,3 +60,19 @@ def test_a_worker_killed_by_a_crashing_candidate_is_replaced_and_the_next_candid
     assert pids[:2] == [dead, dead] and dead not in pids[2:]
     assert len(set(pids[2:])) == 1, f"worker processes after the crash: {sorted(set(pids[2:]))}"
 
+
+@pytest.mark.timeout(120)
+def test_a_worker_is_replaced_after_an_environment_failure(tmp_path) -> None:
+    from kernelgen.check.worker import IsolatedMeasurer
+    from kernelgen.ir.values import Config
+
+    log = str(tmp_path / "pids.log")
+    impl = PidImpl(relu_add_graph(), "pid-env", log, no_space=(2,))  # reps=2 fails to build: the disk is full
+    with IsolatedMeasurer(impl, policy=TimingPolicy(min_time=0.002, threads=1), timeout=20.0) as measurer:
+        first = measurer.measure(Config(mode="ok", reps=1))
+        full = measurer.measure(Config(mode="ok", reps=2))
+        after = measurer.measure(Config(mode="ok", reps=4))
+    assert first.ok and full.retryable and "No space left" in full.message and after.ok
+    builds = worker_pids(log, "build")
+    # The worker that ran short is not reused: the next config is measured by a fresh one.
+    assert builds[0] == builds[1] != builds[2] and measurer.restarts == 1
