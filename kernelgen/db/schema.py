@@ -20,7 +20,7 @@ from kernelgen.errors import DatabaseError, SchemaVersionError
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 # Every migration under migrations/versions, oldest first (a test checks this against alembic). Kept as
 # data so opening a database reads one row and never imports alembic unless it has to migrate.
-REVISIONS = ("0001", "0002", "0003", "0004")
+REVISIONS = ("0001", "0002", "0003", "0004", "0005")
 
 
 def alembic_config():
