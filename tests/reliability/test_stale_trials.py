@@ -150,7 +150,8 @@ def test_a_study_with_a_forged_pid_opens_and_its_trial_is_retried(tmp_path) -> N
     from kernelgen.ir.space import Param, SearchSpace
     from kernelgen.tune.search import Searcher
 
-    url, space = f"sqlite:///{tmp_path / 'forged.sqlite'}", SearchSpace([Param("a", (1, 2, 3, 4))], [], default={"a": 1})
+    url = f"sqlite:///{tmp_path / 'forged.sqlite'}"
+    space = SearchSpace([Param("a", (1, 2, 3, 4))], [], default={"a": 1})
     first = Searcher(space, sampler="exhaustive", storage=url, study_name="forged")
     config = first.ask()
     trial = first._pending[config]
