@@ -156,8 +156,11 @@ def _pass(tune: Callable[..., Any], stage: str, region: ModelRegion, pending: li
     """One region in one pass: its outcome, or None when the pass has nothing to do for it."""
     impls = candidates_for(region.graph, spec.backend)
     left = None if deadline is None else deadline - time.monotonic()
-    if stage == "search" and trials is None and not user_retune and _searched(db, region, impls, fingerprint):
-        return None  # another process (or an earlier run) searched it: its records stand
+    # Another process (or an earlier run) searched it: its records stand. Unless this process took the region over
+    # from one that stalled mid-search (progress.superseded): then it resumes that search.
+    if stage == "search" and trials is None and not user_retune and not progress.superseded \
+            and _searched(db, region, impls, fingerprint):
+        return None
     if left is not None and left <= 0:
         if stage == "search" and trials is None:
             return None  # the defaults pass decided it; no time to search

@@ -74,7 +74,7 @@ def test_a_stopped_holder_loses_its_region_to_a_second_process_and_exits_cleanly
     measured again, the confirmation is B's) and tunes both regions. Woken (SIGCONT), A finds its lease taken over,
     drops the region and exits 0. Before: A's lock outlived its use, and B waited for it for ever."""
     marker = str(tmp_path / "a")
-    a = _holder(persistent_url, marker, "2", stage)
+    a, b = _holder(persistent_url, marker, "2", stage), None
     try:
         deadline = time.monotonic() + 300
         while not os.path.exists(marker + ".measuring"):
@@ -88,7 +88,9 @@ def test_a_stopped_holder_loses_its_region_to_a_second_process_and_exits_cleanly
         os.kill(a.pid, signal.SIGCONT)
         a_out, a_err = a.communicate(timeout=300)
     finally:
-        a.kill()
+        for proc in (a, b):
+            if proc is not None:
+                proc.kill()
     assert a.returncode == 0 and "Traceback" not in a_err, a_err[-3000:]
     assert "lost the lease on model-search:" in a_err  # it noticed, and moved on
     took = [line for line in b_err.splitlines() if "took model-search:" in line]

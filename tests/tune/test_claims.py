@@ -90,3 +90,28 @@ def test_a_lost_lease_is_raised_at_the_next_advance(url):
             with pytest.raises(LeaseLost, match="model-search:r"):
                 progress.advance()
         assert not db.acquire_lease("model-search:r", "third", {}, 30).held  # the taker's lease was not released
+
+
+def test_a_taker_resumes_a_half_searched_region_instead_of_skipping_it(url, monkeypatch):
+    """Under a time budget a region someone searched is skipped (its records stand); one whose searcher stalled and
+    lost its lease is resumed: the search goes on, and is confirmed, by the taker."""
+    from kernelgen.backends import get_backend
+    from kernelgen.tune import model
+    from kernelgen.tune.model_capture import ModelRegion
+
+    region = ModelRegion(add_graph(), "pointwise", calls=1, aten_s=1e-3, share=1.0)
+    monkeypatch.setattr(model, "capture", lambda spec, db: ([region], 1e-3, []))
+    monkeypatch.setattr(model, "_searched", lambda *args: True)  # the stalled one had searched beyond the defaults
+    calls = []
+
+    def fake_tune(graph, **kwargs):
+        calls.append((kwargs["trials"], kwargs["retune"], set(kwargs["progress"].superseded)))
+        return _FakeResult(graph)
+
+    with open_db(url) as db:
+        fingerprint = get_backend("cpp").target().fingerprint
+        assert db.acquire_lease(f"model-search:{region.key}:{fingerprint}", "stalled", {"token": "t-old", "pid": 7},
+                                0.1).held
+        time.sleep(0.2)
+        tune_model(ModelSpec("fake:one"), db=db, seconds=30, tune=fake_tune)
+    assert calls == [(1, False, set()), (None, True, {"t-old"})]  # defaults, then the search it resumed
