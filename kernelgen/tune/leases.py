@@ -9,11 +9,12 @@ without a live owner, and enqueues its config again so the next ``ask`` measures
 times: a config that keeps killing its tuner is not retried for ever). A trial is stale when
 
 - its owner is provably gone: on this host, boot and PID namespace (the only place where a pid names one
-  process), its pid is dead or is another process now; or it ran on this host before the machine rebooted;
+  process), its pid is dead or is another process now;
 - its owner's lease on the work was taken over (``superseded``: the owner stalled, ``kernelgen.tune.claims``);
 - or, anywhere else and whatever the pid says, its heartbeat is older than ``GRACE_S``: a process in another
-  container (its own PID namespace, with the same hostname and boot id), on another host, stopped (SIGSTOP) or
-  hung.
+  container (its own PID namespace, with the same hostname and boot id), on another host (another boot id: this
+  host before a reboot, or another machine with the same hostname, which nothing tells apart), stopped (SIGSTOP)
+  or hung.
 
 Every attribute is read from a database anyone may edit: an owner, pid, heartbeat or retry count of the wrong
 type, out of range, not finite or in the future counts as absent, so the heartbeat rule (from the trial's start
@@ -159,8 +160,6 @@ def stale_reason(trial: FrozenTrial, me: dict[str, Any], now: float, superseded:
     who, mine = Owner.of(trial.user_attrs.get(ATTR_OWNER)), Owner.of(me)
     if who.token is not None and who.token in superseded:
         return f"its owner ({who.named()}) stalled and its lease on this work was taken over"
-    if who.host is not None and who.host == mine.host and who.boot and mine.boot and who.boot != mine.boot:
-        return f"its owner ({who.named()}) ran before this machine rebooted"
     if who.here(mine) and not _alive(who.pid, who.started):  # type: ignore[arg-type]
         return f"its owner, pid {who.pid} on this host, is gone"
     # Not provably gone: the heartbeat decides (an older kernelgen's trial, or a malformed one: from its start).

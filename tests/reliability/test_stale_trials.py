@@ -180,6 +180,10 @@ def test_an_owner_in_another_pid_namespace_keeps_its_trial_while_its_heartbeat_i
     old = create_trial(state=TrialState.RUNNING, user_attrs={leases.ATTR_OWNER: dict(legacy, pid=dead),
                                                              leases.ATTR_BEAT: now})
     assert leases.stale_reason(old, me, now + 10) == ""  # its namespace is unknown: the heartbeat decides
+    # Another machine with this one's hostname (hostnames repeat: "vm", "localhost"): not a reboot of this one.
+    twin = create_trial(state=TrialState.RUNNING, user_attrs={leases.ATTR_OWNER: dict(me, boot="another-boot-id"),
+                                                              leases.ATTR_BEAT: now})
+    assert leases.stale_reason(twin, me, now + 10) == ""
 
 
 class FailedUnderIt(Counting):
