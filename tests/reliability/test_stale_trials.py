@@ -247,7 +247,7 @@ def result_target() -> str:
 
 def _unshare_pid() -> list[str]:
     """The command prefix that runs a process in a PID namespace of its own (as a container), or skip."""
-    prefix = ["unshare", "--pid", "--fork", "--mount-proc"]
+    prefix = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]  # (killing it kills the tuner)
     try:
         probe = subprocess.run([*prefix, "true"], capture_output=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
