@@ -48,10 +48,7 @@ def drop_noop_conversions(gm: Any) -> int:
         node.replace_all_uses_with(source)
         gm.graph.erase_node(node)
         dropped += 1
-    if dropped:
-        gm.graph.lint()
-        gm.recompile()
-    return dropped
+    return _recompiled(gm, dropped)
 
 
 def aten_conversions(gm: Any) -> int:
@@ -68,15 +65,9 @@ def aten_conversions(gm: Any) -> int:
             continue
         source, dtype = node.args
         with gm.graph.inserting_before(node):
-            copy = gm.graph.call_function(torch.ops.aten._to_copy.default, (source,), {"dtype": dtype})
-        copy.meta = dict(node.meta)
-        node.replace_all_uses_with(copy)
-        gm.graph.erase_node(node)
+            _replace(node, gm.graph.call_function(torch.ops.aten._to_copy.default, (source,), {"dtype": dtype}))
         swapped += 1
-    if swapped:
-        gm.graph.lint()
-        gm.recompile()
-    return swapped
+    return _recompiled(gm, swapped)
 
 
 # Ops whose value is fixed by their arguments alone (no tensor input, no randomness, defined contents) and that
@@ -108,15 +99,23 @@ def fold_constants(gm: Any) -> int:
             name += "_"
         gm.register_buffer(name, value, persistent=False)
         with gm.graph.inserting_before(node):
-            read = gm.graph.get_attr(name)
-        read.meta = dict(node.meta)
-        node.replace_all_uses_with(read)
-        gm.graph.erase_node(node)
+            _replace(node, gm.graph.get_attr(name))
         folded += 1
-    if folded:
+    return _recompiled(gm, folded)
+
+
+def _replace(node: Any, new: Any) -> None:
+    """``new`` in ``node``'s place: its meta (the value it stands for) and its users; ``node`` erased."""
+    new.meta = dict(node.meta)
+    node.replace_all_uses_with(new)
+    node.graph.erase_node(node)
+
+
+def _recompiled(gm: Any, changes: int) -> int:
+    if changes:
         gm.graph.lint()
         gm.recompile()
-    return folded
+    return changes
 
 
 def _has_node_or_symbol(node: Any) -> bool:

@@ -16,7 +16,6 @@ Coverage statistics for each compiled graph: ``stats()`` (every graph since ``re
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 import threading
 from collections import Counter
@@ -128,7 +127,7 @@ def compile_graph(gm: Any, name: str = "graph", options: dict | None = None, dir
         record.templates[region.template] += 1
     record.regions = len(found.regions)
     # the graph as ATen ops alone, cleaned up: what runs if no region's kernel can (plain_when_every_region_fails)
-    record.plain = copy.deepcopy(gm) if found.regions and not _symbolic(gm) else None
+    record.plain = _plain_copy(gm) if found.regions and not _symbolic(gm) else None
     record.keys = install(gm, found.regions, options, record.runs, direct)
     for reason in sorted(set(record.left.values())):
         log.info("kernelgen %s graph: ATen runs ops because %s", name, reason)
@@ -165,6 +164,17 @@ def plain_when_every_region_fails(gm: Any, record: GraphStats) -> Any:
         return out
 
     return run
+
+
+def _plain_copy(gm: Any) -> Any:
+    """A GraphModule running ``gm``'s graph as it is now, sharing its attributes. Not ``copy.deepcopy``: that copies
+    each node's fake tensor (``meta['val']``), which a model's graph refuses (a fake tensor's storage set across
+    devices); the copy's nodes share the meta instead."""
+    import torch.fx
+
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    return torch.fx.GraphModule(gm, graph)
 
 
 def _symbolic(gm: Any) -> bool:
