@@ -70,20 +70,6 @@ class LayeredDB:
     def lock(self, name: str, wait: bool = True):
         return self.local.lock(name, wait)  # the team layer is only read: its locks guard nothing of ours
 
-    # -- leases on tuning work: the local layer's, as the locks -------------------------------------------
-    @property
-    def private(self) -> bool:
-        return self.local.private
-
-    def acquire_lease(self, name: str, holder: str, owner: dict[str, Any], period: float) -> Any:
-        return self.local.acquire_lease(name, holder, owner, period)
-
-    def renew_lease(self, name: str, holder: str, period: float) -> bool:
-        return self.local.renew_lease(name, holder, period)
-
-    def release_lease(self, name: str, holder: str) -> None:
-        self.local.release_lease(name, holder)
-
     # -- writes: local layer only -----------------------------------------------------------------------
     def check_writable(self) -> None:
         self.local.check_writable()

@@ -1,7 +1,6 @@
-"""The SQLAlchemy model of the tuning database: one row per measured trial, keyed by its content, and one row
-per lease on a piece of tuning work (``kernelgen.db.leases``).
+"""The SQLAlchemy model of the tuning database: one row per measured trial, keyed by its content.
 
-A record's row holds the columns the queries filter and sort on, plus the record's full canonical JSON so a
+The row holds the columns the queries filter and sort on, plus the record's full canonical JSON so a
 record round-trips losslessly. This module describes the schema at the newest migration (``head``); the
 alembic migrations under ``kernelgen/db/migrations`` build it, and a test checks the two agree.
 """
@@ -18,7 +17,6 @@ from kernelgen.ir.values import TuningRecord, canonical_json, content_hash
 # Alembic's default table is ``alembic_version``, which Optuna's storage uses in the same database.
 VERSION_TABLE = "kernelgen_alembic_version"
 RECORDS_TABLE = "kernelgen_records"
-LEASES_TABLE = "kernelgen_leases"
 
 
 class Base(DeclarativeBase):
@@ -62,19 +60,6 @@ class RecordRow(Base):
         Index("ix_kgrec_created", "created_at"),
         Index("ix_kgrec_name", "name"),
     )
-
-
-class LeaseRow(Base):
-    """A lease on a piece of work (schema 5): who holds it and until when (``kernelgen.db.leases``)."""
-
-    __tablename__ = LEASES_TABLE
-
-    key: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 of the name: a name may be long
-    name: Mapped[str] = mapped_column(Text)  # the work, for people (a region: its stage, workload key, target)
-    holder: Mapped[str] = mapped_column(String(64))  # random per lease taken: what renewals compare
-    owner: Mapped[str] = mapped_column(Text)  # JSON: the holder's process (host, boot, pid namespace, pid, token)
-    expires_at: Mapped[float] = mapped_column(Float)  # seconds since the epoch, by the database's clock
-    acquired_at: Mapped[float] = mapped_column(Float)
 
 
 def toolchain_hash(toolchain: Any) -> str:

@@ -20,7 +20,7 @@ from kernelgen.errors import DatabaseError, SchemaVersionError
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 # Every migration under migrations/versions, oldest first (a test checks this against alembic). Kept as
 # data so opening a database reads one row and never imports alembic unless it has to migrate.
-REVISIONS = ("0001", "0002", "0003", "0004", "0005")
+REVISIONS = ("0001", "0002", "0003", "0004")
 
 
 def alembic_config():
@@ -74,11 +74,7 @@ def _migrate(conn: Connection, revision: str) -> None:
 
 def _state(conn: Connection) -> tuple[str | None, bool]:
     """(current revision, whether a records table exists)."""
-    # The records table first: under PostgreSQL's READ COMMITTED each statement sees what was committed before it,
-    # so a creator committing between the two reads made the other order see its records table but no version
-    # ("not made by kernelgen"); a later read also sees the version committed with the table.
-    has_table = inspect(conn).has_table(RECORDS_TABLE)
-    return current_revision(conn), has_table
+    return current_revision(conn), inspect(conn).has_table(RECORDS_TABLE)
 
 
 def _check(revision: str | None, has_table: bool, url: URL) -> None:

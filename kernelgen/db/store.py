@@ -20,8 +20,8 @@ from sqlalchemy import and_, bindparam, column, delete, func, insert, or_, selec
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 
-from kernelgen.db import jsonl, leases
-from kernelgen.db.engine import is_sqlite_memory, make_engine, parse_url, shown, sqlite_path, transaction
+from kernelgen.db import jsonl
+from kernelgen.db.engine import make_engine, parse_url, shown, sqlite_path, transaction
 from kernelgen.db.limits import checked_row
 from kernelgen.db.locks import named_lock
 from kernelgen.db.models import VERSION_TABLE, RecordRow, toolchain_hash
@@ -112,32 +112,6 @@ class TuningDB:
         using it waits for the holder (see ``kernelgen.db.locks``). Released when the holder dies. It yields
         whether the lock is held: ``wait=False`` does not wait for a holder elsewhere and yields False."""
         return named_lock(self._url, name, self._engine, wait)
-
-    # -- leases on tuning work (kernelgen.db.leases) ----------------------------------------------------------
-    @property
-    def private(self) -> bool:
-        """Whether no other process can open this database (SQLite in memory): its leases exclude only threads of
-        this process, and its one connection must not be used from a renewal thread."""
-        return is_sqlite_memory(self._url)
-
-    def acquire_lease(self, name: str, holder: str, owner: dict[str, Any], period: float) -> leases.LeaseState:
-        """Take the lease on ``name`` for ``period`` seconds unless another holder's is live (``LeaseState.held``
-        says which); a lapsed one is taken over, and ``LeaseState.previous`` names whose it was."""
-        with self._tx() as conn:  # a live holder's lease is seen without taking the write lock
-            seen = leases.peek(conn, name)
-        if seen is not None and seen.left_s > 0:
-            return seen
-        with self._tx(write=True) as conn:
-            return leases.acquire(conn, name, holder, owner, period)
-
-    def renew_lease(self, name: str, holder: str, period: float) -> bool:
-        """Extend ``holder``'s lease by ``period`` seconds; False when it was taken over."""
-        with self._tx(write=True) as conn:
-            return leases.renew(conn, name, holder, period)
-
-    def release_lease(self, name: str, holder: str) -> None:
-        with self._tx(write=True) as conn:
-            leases.release(conn, name, holder)
 
     def close(self) -> None:
         self._engine.dispose()

@@ -8,11 +8,9 @@ traced on the step's real inputs (``CompiledFunction.choices``, ``kernelgen.tune
 (``candidates_for``: templates, vendor GEMM, custom calls and the region's own ATen ops) on the same target.
 A later process with the same model and database runs the declared kernels with no tuning and no measuring.
 
-Several processes (hosts sharing one database URL) split a model's regions: each region is claimed with a lease in
-the database taken without waiting (``kernelgen.tune.claims.hold``), renewed while its tuning advances; a process
-skips a region another holds and comes back to it at the end, when it is tuned (a lookup, no measurement). A
-region whose holder stopped or stalled is taken over when its lease lapses, and the taker resumes it; a holder
-that finds its lease taken over (``LeaseLost``) drops the region, unfinished, and comes back to it likewise.
+Several processes (hosts sharing one database URL) split a model's regions: each region is claimed with a
+database lock taken without waiting (``TuningDB.lock(wait=False)``); a process skips a region another holds and
+comes back to it at the end, when it is tuned (a lookup, no measurement).
 
 The model, its factory and its step are ``kernelgen.tune.model_spec``'s (re-exported here).
 """
@@ -33,7 +31,6 @@ from kernelgen.ir.values import Evidence
 from kernelgen.runtime.aten import NAME as ATEN
 from kernelgen.runtime.implementations import candidates_for
 from kernelgen.runtime.records import usable_best
-from kernelgen.tune.claims import LeaseLost, Progress, hold
 from kernelgen.tune.model_capture import ModelRegion, capture, dispatched
 from kernelgen.tune.model_spec import (MODES, ModelError, ModelSpec, load_model, load_models, model_spec, one_line,
                                        prepare, step, training_loss)
@@ -123,20 +120,13 @@ def tune_model(spec: ModelSpec, *, db: Any, seconds: float | None = None, trials
         while pending:
             claimed_any = False
             for region in list(pending):
-                # (patience: a region's tuning advances at each measurement, a build and a run within the timeout)
-                claim = f"model-{stage}:{region.key}:{fingerprint}"
-                with hold(db, claim, Progress(patience_s=3 * timeout), wait=False) as lease:
-                    if lease is None:  # another process is tuning it: come back to it once it is done
+                with db.lock(f"model-{stage}:{region.key}:{fingerprint}", wait=False) as held:
+                    if not held:  # another process is tuning it: come back to it once it is done
                         continue
                     claimed_any = True
                     pending.remove(region)
-                    try:
-                        outcome = _pass(tune, stage, region, pending, spec, db, deadline, stage_trials, stage_retune,
-                                        retune, workers, timeout, fingerprint, lease.progress)
-                    except LeaseLost as lost:  # this process stalled and another took the region over
-                        log.warning("kernelgen tune: %s; back to it once the other process is done", lost)
-                        pending.append(region)
-                        outcome = None
+                    outcome = _pass(tune, stage, region, pending, spec, db, deadline, stage_trials, stage_retune,
+                                    retune, workers, timeout, fingerprint)
                 if outcome is None:
                     continue
                 outcomes[region.key] = _merged(outcomes.get(region.key), outcome)
@@ -152,15 +142,12 @@ def tune_model(spec: ModelSpec, *, db: Any, seconds: float | None = None, trials
 
 def _pass(tune: Callable[..., Any], stage: str, region: ModelRegion, pending: list, spec: ModelSpec, db: Any,
           deadline: float | None, trials: int | None, retune: bool, user_retune: bool, workers: int, timeout: float,
-          fingerprint: str, progress: Progress) -> RegionOutcome | None:
+          fingerprint: str) -> RegionOutcome | None:
     """One region in one pass: its outcome, or None when the pass has nothing to do for it."""
     impls = candidates_for(region.graph, spec.backend)
     left = None if deadline is None else deadline - time.monotonic()
-    # Another process (or an earlier run) searched it: its records stand. Unless this process took the region over
-    # from one that stalled mid-search (progress.superseded): then it resumes that search.
-    if stage == "search" and trials is None and not user_retune and not progress.superseded \
-            and _searched(db, region, impls, fingerprint):
-        return None
+    if stage == "search" and trials is None and not user_retune and _searched(db, region, impls, fingerprint):
+        return None  # another process (or an earlier run) searched it: its records stand
     if left is not None and left <= 0:
         if stage == "search" and trials is None:
             return None  # the defaults pass decided it; no time to search
@@ -170,7 +157,7 @@ def _pass(tune: Callable[..., Any], stage: str, region: ModelRegion, pending: li
     if left is not None and stage == "search":
         share_left = sum(r.share for r in (region, *pending)) or 1.0
         region_s = max(MIN_REGION_SECONDS, left * region.share / share_left)
-    return _tune_region(tune, region, spec, db, impls, region_s, trials, workers, timeout, retune, progress)
+    return _tune_region(tune, region, spec, db, impls, region_s, trials, workers, timeout, retune)
 
 
 def _searched(db: Any, region: ModelRegion, impls: list, fingerprint: str) -> bool:
@@ -197,7 +184,7 @@ def _tuned(db: Any, region: ModelRegion, backend: str, fingerprint: str) -> bool
 
 def _tune_region(tune: Callable[..., Any], region: ModelRegion, spec: ModelSpec, db: Any, impls: list,
                  seconds: float | None, trials: int | None, workers: int, timeout: float,
-                 retune: bool, progress: Progress) -> RegionOutcome:
+                 retune: bool) -> RegionOutcome:
     # tune_graph's budgets are per candidate: the region's time is shared between the kernels (ATen has one config)
     per_impl = None if seconds is None else max(0.5, seconds / max(1, sum(i.name != ATEN for i in impls)))
     name = f"{spec.label}:{region.template}:{region.key[:8]}"
@@ -211,12 +198,9 @@ def _tune_region(tune: Callable[..., Any], region: ModelRegion, spec: ModelSpec,
         # (no eager or torch.compile baselines in the rounds: the region's own ATen ops are a candidate there, and
         # compiling each region with Inductor for a reference would cost 5-20 s a region)
         result = tune(region.graph, backend=spec.backend, db=db, seconds=per_impl, trials=trials, workers=workers,
-                      timeout=timeout, retune=retune, time_eager=False, name=name, on_trial=on_trial,
-                      progress=progress)
+                      timeout=timeout, retune=retune, time_eager=False, name=name, on_trial=on_trial)
     except DatabaseError:  # the database failed, not the region: every later region would fail alike
         raise
-    except LeaseLost:
-        raise  # not the region's failure: another process has it now (tune_model)
     except KernelgenError as exc:
         return RegionOutcome(region, error=one_line(exc), seconds=time.monotonic() - t0, searched=searched[0])
     out = RegionOutcome(region, measured=result.measured, searched=searched[0], seconds=time.monotonic() - t0,

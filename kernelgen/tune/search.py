@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
 import math
 import time
 import warnings
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import optuna
-from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import Trial, TrialState
 
 from kernelgen.db.engine import (CONNECT_TIMEOUT_S, OPTUNA_POOL, SQLITE_BUSY_TIMEOUT_MS, database_error, parse_url,
@@ -36,7 +34,6 @@ from kernelgen.tune.samplers import (ATTR_SKIPPED, ATTR_STATUS, BayesSampler, Do
                                      distributions)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-log = logging.getLogger(__name__)
 
 ATTR_MEASUREMENT = "kg_measurement"
 # Study user attribute naming what dispatch runs of the study's implementation (kernelgen.db.verdict): the
@@ -220,15 +217,14 @@ class Searcher:
     ``ask`` returns a valid config that no trial of the study has evaluated or is evaluating, or None once
     the valid space is exhausted; ``tell`` records its measurement (failures included, as data). Several
     Searchers may share one study through ``storage`` (a SQLAlchemy URL, or a tuning's ``StudyStorage``) and
-    ``study_name``. One Searcher is not thread-safe. ``superseded``: owner tokens whose RUNNING trials are stale
-    at once (their lease on this work was taken over: ``kernelgen.tune.claims``).
+    ``study_name``. One Searcher is not thread-safe.
     """
 
     @_database_errors
     def __init__(self, space: SearchSpace, *, sampler: str = "auto", seed: int | None = None,
                  storage: "str | StudyStorage | None" = None, study_name: str | None = None,
                  warm_start: Sequence[Config] = (), objective_name: str = "time",
-                 user_attrs: Mapping[str, Any] | None = None, superseded: Collection[str] = ()) -> None:
+                 user_attrs: Mapping[str, Any] | None = None) -> None:
         self.space = space
         self.domain = Domain(space)
         self.sampler_name = DEFAULT_SAMPLER if sampler == "auto" else sampler
@@ -259,7 +255,7 @@ class Searcher:
                     self.study.set_user_attr(key, value)
             # A trial left RUNNING by a process that died is failed and its config queued again: else it
             # would count as taken for ever and never be measured (kernelgen.tune.leases).
-            fail_stale(self.study, superseded)
+            fail_stale(self.study)
             self._enqueue(warm_start)
 
     def _penalty(self) -> float:
@@ -313,23 +309,19 @@ class Searcher:
         if trial is None:
             raise KernelgenError(f"tell() for config {dict(config)} that this Searcher did not ask")
         _HEARTBEAT.release(trial)
-
-        def told() -> None:
-            trial.set_user_attr(ATTR_STATUS, measurement.status.value)
-            trial.set_user_attr(ATTR_MEASUREMENT, measurement.to_json())
-            if measurement.ok:
-                assert measurement.time is not None
-                self.study.tell(trial, measurement.time.median, skip_if_finished=True)
-            elif self._penalise_failures:
-                # Optuna's own samplers skip FAIL trials and would keep proposing the failing region: they are
-                # told twice the worst time instead (the status stays in the user attributes).
-                self.study.tell(trial, self._penalty(), skip_if_finished=True)
-            else:
-                # FAIL keeps the study honest (dashboard, best trial); kernelgen's samplers read the status and
-                # treat the config as the worst time seen, so failing regions are avoided.
-                self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
-
-        _unless_finished(told, trial, "its measurement stands in kernelgen's records")
+        trial.set_user_attr(ATTR_STATUS, measurement.status.value)
+        trial.set_user_attr(ATTR_MEASUREMENT, measurement.to_json())
+        if measurement.ok:
+            assert measurement.time is not None
+            self.study.tell(trial, measurement.time.median)
+        elif self._penalise_failures:
+            # Optuna's own samplers skip FAIL trials and would keep proposing the failing region: they are
+            # told twice the worst time instead (the status stays in the user attributes).
+            self.study.tell(trial, self._penalty())
+        else:
+            # FAIL keeps the study honest (dashboard, best trial); kernelgen's samplers read the status and
+            # treat the config as the worst time seen, so failing regions are avoided.
+            self.study.tell(trial, state=TrialState.FAIL)
 
     @_database_errors
     def abandon(self, config: Config) -> None:
@@ -337,8 +329,7 @@ class Searcher:
         trial = self._pending.pop(Config(dict(config)), None)
         if trial is not None:
             _HEARTBEAT.release(trial)
-            _unless_finished(lambda: self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True), trial,
-                             "nothing of it was kept")
+            self.study.tell(trial, state=TrialState.FAIL)
 
     @_database_errors
     def measurements(self) -> list[Measurement]:
@@ -361,17 +352,6 @@ class Searcher:
     @_database_errors
     def n_evaluated(self) -> int:
         return len(self._history().rows)
-
-
-def _unless_finished(update: Callable[[], None], trial: Trial, kept: str) -> None:
-    """Run ``update`` of an asked trial, unless another process finished it meanwhile: a tuner that took this one
-    for dead or stalled (``kernelgen.tune.leases``) failed it and queued its config again. That is no crash: the
-    study keeps the other's state, and the caller's measurement, committed before the tell, is ``kept``."""
-    try:
-        update()
-    except UpdateFinishedTrialError:
-        log.warning("trial %d was finished by another process meanwhile (it took this one for gone, and queued the "
-                    "config again); %s", trial.number, kept)
 
 
 def mark_best(storage: "str | StudyStorage", study_name: str, mark: Mapping[str, Any]) -> bool:

@@ -119,10 +119,6 @@ class SearchState:
                     self.new_records.append(record)
                     # A retryable failure (the machine's) spends no budget: the config is measured again.
                     self.done += 0 if record.measurement.retryable else 1
-                    if not record.measurement.retryable:
-                        # Asked again (another process failed its trial under us and queued the config again):
-                        # told from this record, not measured twice.
-                        self.known.setdefault(record.config, record)
                 t = record.measurement.time
                 if t is not None and (self.best is None or t.median < self.best):
                     self.best, self.since_best = t.median, 0

@@ -40,7 +40,6 @@ from kernelgen.ir.target import Target, similar_families
 from kernelgen.ir.values import (Config, Evidence, FrozenMap, Measurement, Provenance, TimeStats, TuningRecord,
                                  content_hash)
 from kernelgen.runtime.implementations import candidates_for
-from kernelgen.tune.claims import LeaseLost, Progress, hold
 from kernelgen.tune.confirm import CONFIRM_ROUNDS, Confirmation, Finalist, commit_confirmation, confirm
 from kernelgen.tune.manifest import workload_implementations
 from kernelgen.tune.preflight import check_budget, usable_implementations
@@ -173,7 +172,6 @@ class _Options:
     measure: Callable[[Implementation, Config], Measurement] | None = None
     time_eager: bool = False
     name: str | None = None
-    progress: Progress = field(default_factory=Progress)  # the work's leases renew while it advances (tune.claims)
     studies: Any = None  # the database's Optuna storage (StudyStorage), opened by tune_graph for all its studies
 
 
@@ -183,7 +181,7 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
                implementations: Sequence[Implementation] | None = None, timeout: float = 60.0,
                policy: TimingPolicy | None = None, retune: bool = False,
                measure: Callable[[Implementation, Config], Measurement] | None = None,
-               time_eager: bool = False, name: str | None = None, progress: Progress | None = None) -> TuneResult:
+               time_eager: bool = False, name: str | None = None) -> TuneResult:
     """Tune every implementation of ``graph`` on ``backend``; commits each trial to ``db`` as it is measured.
 
     Budgets are per implementation: ``trials`` counts configs measured for this exact key (earlier runs
@@ -197,9 +195,7 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
     ``TuneResult.best`` is what dispatch will run (``TuningDB.best`` over the tuned implementations).
     Raises ``NoTemplateError`` when nothing implements the graph; per-config failures are records.
     Without ``implementations``, the graph's own ATen ops compete too (``kernelgen.runtime.aten``): a kernel
-    is declared only when it beats them in the same rounds. ``progress`` is the caller's when it holds a lease on
-    this work (a model's region): every measurement advances it, and it raises ``LeaseLost`` out of this call,
-    with nothing more committed, once that lease was taken over (``kernelgen.tune.claims``).
+    is declared only when it beats them in the same rounds.
     """
     check_budget(trials, seconds, patience, workers, timeout)
     if trials is None and seconds is None:
@@ -214,8 +210,7 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
     opts = _Options(trials, seconds, patience, sampler, workers, seed, isolate, timeout,
                     _threads_free_here(policy or TimingPolicy(), get_backend(backend).tensor_device())
                     if measure is None else policy or TimingPolicy(),
-                    retune, on_trial, measure, time_eager, name or None,
-                    progress or Progress(patience_s=3 * timeout))  # a build and a run, each within the timeout
+                    retune, on_trial, measure, time_eager, name or None)
     own_db = db is None
     if own_db:
         db = open_db()
@@ -249,23 +244,18 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
         if len(impls) > 1 and winners and (result.measured > 0 or not verdicts) and not stopped:
             # One process at a time declares the verdict of a workload and target; a verdict another process
             # declared since this call began stands (one per workload and target).
-            verdict = f"verdict:{graph.workload_key}:{target.fingerprint}"
-            try:
-                with hold(db, verdict, opts.progress, wait=True):
-                    meanwhile = _declared_since(db, graph, impls, target, started)
-                    if meanwhile:
-                        result.trials.extend(r for r in meanwhile if r not in result.trials)
-                        rounds = None
-                    else:
-                        # Each implementation's winner was timed at a different moment: only side by side is the
-                        # comparison fair on a shared machine. (With one winner left, its default and eager still
-                        # need the verdict's rounds.)
-                        rounds = _showdown(db, graph, result.trials, winners, impls, target, opts)
-                        result.trials.extend(rounds[1])
-                        result.measured += rounds[0].measured
-            except LeaseLost as lost:
-                _taken_over(lost, verdict)
-                rounds = None
+            with db.lock(f"verdict:{graph.workload_key}:{target.fingerprint}"):
+                meanwhile = _declared_since(db, graph, impls, target, started)
+                if meanwhile:
+                    result.trials.extend(r for r in meanwhile if r not in result.trials)
+                    rounds = None
+                else:
+                    # Each implementation's winner was timed at a different moment: only side by side is the
+                    # comparison fair on a shared machine. (With one winner left, its default and eager still
+                    # need the verdict's rounds.)
+                    rounds = _showdown(db, graph, result.trials, winners, impls, target, opts)
+                    result.trials.extend(rounds[1])
+                    result.measured += rounds[0].measured
         # What dispatch will run, by the one definition of best (kernelgen.db.verdict, TuningDB.best's order):
         # the table, explain() and the study's mark all name it. Without a verdict (rounds in doubt) that is
         # the fastest confirmed finalist, shown with the reason.
@@ -290,15 +280,6 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
             db.close()
     result.seconds = time.monotonic() - start
     return result
-
-
-def _taken_over(lost: LeaseLost, name: str) -> None:
-    """This process lost its lease on ``name`` (it stalled, and another process took that work over and does
-    it): said, and the tuning goes on without it. The loss of any other lease (the caller's: a model's region)
-    goes up to the caller."""
-    if lost.lease.name != name:
-        raise lost
-    log.warning("kernelgen tune: %s", lost)
 
 
 def _mark_studies(db: Any, graph: Graph, impls: Sequence[Implementation], target: Target, opts: "_Options",
@@ -394,7 +375,6 @@ def _showdown(db: Any, graph: Graph, records: Sequence[TuningRecord], winners: l
                               e[1] == by_name[e[0]].default_config(target)) for e in entries]
         baselines = contestants(measurers[entries[0][0]]) if opts.time_eager else None
         conf = confirm(finalists, lambda e: (e[0], e[1].key()), references=baselines)
-    opts.progress.check()  # a holder that lost its lease while confirming commits nothing
     recorders = {name: _Recorder(db, graph, by_name[name], target, opts.name) for name in measurers}
     committed = commit_confirmation(conf, True, lambda e, m, ev: recorders[e[0]].commit(m, ev),
                                     f"the winners of {len(winners)} implementations")
@@ -466,11 +446,8 @@ def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Ta
                         on_trial=opts.on_trial, measured_elsewhere=measured_elsewhere)
     storage = opts.studies
     make_measurer = _measurer_factory(impl, opts)
-    progress = opts.progress
-    # superseded: the owners whose lease on this work this process took over, whose RUNNING trials are stale
     searcher_args = dict(sampler=opts.sampler, storage=storage, study_name=study_name(graph, impl, target, opts.name),
-                         warm_start=warm, user_attrs=study_attrs(graph, impl, target, opts.name),
-                         superseded=progress.superseded)
+                         warm_start=warm, user_attrs=study_attrs(graph, impl, target, opts.name))
     run_workers(space, state, commit, make_measurer, searcher_args, workers=opts.workers, seed=opts.seed)
     measured = len(state.new_records)
     if state.stop_reason.startswith(ENVIRONMENT_STOP):
@@ -479,77 +456,45 @@ def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Ta
         return _Outcome(prior + state.new_records, measured, state.stop_reason, None)
     # One process at a time confirms a study and declares its verdict; a process that searched alongside
     # takes the verdict committed meanwhile instead of declaring a second one.
-    confirming = f"confirm:{searcher_args['study_name']}"
-    try:
-        with hold(db, confirming, progress, wait=True):
-            records = db.trials(graph.workload_key, target.fingerprint, implementation=impl.name,
-                                implementation_hash=recorder.fields["implementation_hash"])
-            before = {r.record_id for r in confirmations}
-            meanwhile = [r for r in records if is_confirmation(r) and r.record_id not in before]
-            if meanwhile:
-                return _Outcome(records, measured, state.stop_reason or "confirmed by another process",
-                                pick_winner(meanwhile))
-            ok = sorted((r for r in records if r.measurement.ok and not is_confirmation(r)), key=_speed_key)
-            winner, rounds = None, None
-            if ok:
-                trials = {config: t for (_, config), t in _trial_times(ok).items()}  # fastest first
-                chosen = list(trials)[:CONFIRM_TOP]
-                default = impl.default_config(target)
-                if default in trials and default not in chosen:
-                    chosen.append(default)  # re-measured alongside, so "speedup over default" compares like with like
-                with make_measurer() as measurer:
-                    # The default too: if it re-measures fastest, it wins. Ties (within the rounds' spread,
-                    # confirm.round_spread) go to it as well, so a config replaces the default only when it is
-                    # measurably faster, not on noise.
-                    conf = confirm([Finalist(c, partial(measurer.measure, c), trials[c], c == default) for c in chosen],
-                                   lambda c: c.key(),
-                                   references=contestants(measurer) if declare and opts.time_eager else None)
-                progress.check()  # a holder that lost its lease while confirming commits nothing
-                confirmed = commit_confirmation(conf, declare, lambda _c, m, ev: recorder.commit(m, ev),
-                                                f"the top {len(chosen)} configs", state)
-                records.extend(confirmed)
-                measured += conf.measured
-                winner = None if conf.winner is None else confirmed[conf.winner]
-                rounds = (conf, confirmed) if declare else None
-    except LeaseLost as lost:
-        _taken_over(lost, confirming)
-        return _Outcome(prior + state.new_records, measured, "confirmed by another process (this one stalled)", None)
+    with db.lock(f"confirm:{searcher_args['study_name']}"):
+        records = db.trials(graph.workload_key, target.fingerprint, implementation=impl.name,
+                            implementation_hash=recorder.fields["implementation_hash"])
+        before = {r.record_id for r in confirmations}
+        meanwhile = [r for r in records if is_confirmation(r) and r.record_id not in before]
+        if meanwhile:
+            return _Outcome(records, measured, state.stop_reason or "confirmed by another process",
+                            pick_winner(meanwhile))
+        ok = sorted((r for r in records if r.measurement.ok and not is_confirmation(r)), key=_speed_key)
+        winner, rounds = None, None
+        if ok:
+            trials = {config: t for (_, config), t in _trial_times(ok).items()}  # fastest first
+            chosen = list(trials)[:CONFIRM_TOP]
+            default = impl.default_config(target)
+            if default in trials and default not in chosen:
+                chosen.append(default)  # re-measured alongside, so "speedup over default" compares like with like
+            with make_measurer() as measurer:
+                # The default too: if it re-measures fastest, it wins. Ties (within the rounds' spread,
+                # confirm.round_spread) go to it as well, so a config replaces the default only when it is
+                # measurably faster, not on noise.
+                conf = confirm([Finalist(c, partial(measurer.measure, c), trials[c], c == default) for c in chosen],
+                               lambda c: c.key(),
+                               references=contestants(measurer) if declare and opts.time_eager else None)
+            confirmed = commit_confirmation(conf, declare, lambda _c, m, ev: recorder.commit(m, ev),
+                                            f"the top {len(chosen)} configs", state)
+            records.extend(confirmed)
+            measured += conf.measured
+            winner = None if conf.winner is None else confirmed[conf.winner]
+            rounds = (conf, confirmed) if declare else None
     return _Outcome(records, measured, state.stop_reason, winner, rounds)
 
 
 def _measurer_factory(impl: Implementation, opts: _Options) -> Callable[[], Any]:
     seed = 0  # inputs: the same for every config and every run, so results compare
     if opts.measure is not None:
-        make: Callable[[], Any] = lambda: FunctionMeasurer(impl, opts.measure)  # type: ignore[arg-type]
-    elif opts.isolate:
-        make = lambda: IsolatedMeasurer(impl, seed=seed, policy=opts.policy, timeout=opts.timeout)
-    else:
-        make = lambda: InProcessMeasurer(impl, seed=seed, policy=opts.policy)
-    return lambda: _Advancing(make(), opts.progress)  # type: ignore[arg-type]
-
-
-class _Advancing:
-    """A measurer whose every finished measurement advances the tuning's ``Progress``: the leases the work holds
-    are renewed only while measurements finish, and a measurement that finishes after its lease was taken over
-    raises ``LeaseLost`` instead of being committed (the taker measures that config)."""
-
-    def __init__(self, inner: Any, progress: Progress) -> None:
-        self._inner, self._progress = inner, progress
-
-    def measure(self, config: Config) -> Measurement:
-        measurement = self._inner.measure(config)
-        self._progress.advance()
-        return measurement
-
-    def __getattr__(self, name: str) -> Any:  # eager, compiled, check, kill: the measurer's own
-        return getattr(self._inner, name)
-
-    def __enter__(self) -> "_Advancing":
-        self._inner.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> Any:
-        return self._inner.__exit__(*exc)
+        return lambda: FunctionMeasurer(impl, opts.measure)  # type: ignore[arg-type]
+    if opts.isolate:
+        return lambda: IsolatedMeasurer(impl, seed=seed, policy=opts.policy, timeout=opts.timeout)
+    return lambda: InProcessMeasurer(impl, seed=seed, policy=opts.policy)
 
 
 def tune_workload(workload: Any, *, db: Any = None, trials: int | None = None, seconds: float | None = None,
