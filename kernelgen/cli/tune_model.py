@@ -68,13 +68,22 @@ def stopped(exc: DatabaseError, what: str) -> DatabaseError:
                      "can be written (or with another --db), rerun to resume")
 
 
+def check_line(check: dict[str, Any] | None) -> str | None:
+    """The whole-step check in one line: each variant's step and what was kept (``kernelgen.tune.model_check``)."""
+    if not check:
+        return None
+    steps = ", ".join(f"{variant} {ms:.2f} ms" for variant, ms in check["step_ms"].items())
+    return (f"step checked as a whole ({check['rounds']} interleaved rounds): {steps}; kept {check['kept']}, "
+            f"{check['changed']} region(s) changed by it")
+
+
 def model_table(entry: dict[str, Any]) -> Table:
     """One model: each distinct region with its share of eager's step, what runs, its speedup over its ATen ops."""
     title = f"{entry['model']} ({entry['factory']}, {entry['mode']})"
     if entry.get("step_ms") is not None:
         title += (f": eager step {entry['step_ms']:.2f} ms on one thread, {entry['regions_done']}/{entry['regions_total']} regions, "
                   f"{100 * entry['share_covered']:.0f}% of the step tuned in {entry['seconds']:.0f} s")
-    table = Table(title=title, title_justify="left")
+    table = Table(title=title, title_justify="left", caption=check_line(entry.get("check")), caption_justify="left")
     for column in ("region", "calls", "share", "ATen time", "implementation", "config", "vs ATen", "note"):
         table.add_column(column, justify="right" if column in ("calls", "share", "ATen time", "vs ATen") else "left",
                          overflow="fold")

@@ -177,6 +177,37 @@ def observe(observer: Any) -> Iterator[None]:
         _OBSERVERS.remove(observer)
 
 
+class AtenReplay:
+    """A region's own ATen nodes as a run (what a model's whole-step check times as the ``aten`` variant)."""
+
+    def __init__(self, kernel: RegionKernel) -> None:
+        self.kernel = kernel
+
+    def run(self, inputs: list) -> list:
+        import torch
+
+        if torch.is_grad_enabled():  # (as a region runs: AOTAutograd's graphs already run without grad)
+            with torch.no_grad():
+                return list(self.kernel.gm(*inputs))
+        return list(self.kernel.gm(*inputs))
+
+
+@contextlib.contextmanager
+def substituted(runs: dict[str, Any]) -> Iterator[None]:
+    """``with substituted({key: run}):`` the regions under those keys call ``run(inputs)`` instead of their own
+    dispatch in the block (a model's whole-step check times a region's variants inside the real step this way;
+    the compiled graphs call ``RegionKernel.run``, so the instance's attribute takes over without a check on
+    the hot path)."""
+    kernels = [(_REGIONS[key], run) for key, run in runs.items()]
+    for kernel, run in kernels:
+        kernel.run = run  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        for kernel, _ in kernels:
+            kernel.__dict__.pop("run", None)
+
+
 def register(kernel: RegionKernel) -> str:
     """Register ``kernel`` for the op; returns its key (unique in this process)."""
     with _LOCK:
@@ -336,4 +367,5 @@ def _subgraph(gm: Any, region: Any) -> Any:
     return torch.fx.GraphModule(gm, graph)
 
 
-__all__ = ["RegionKernel", "install", "kernel_of", "observe", "region_op", "register", "run_region"]
+__all__ = ["AtenReplay", "RegionKernel", "install", "kernel_of", "observe", "region_op", "register", "run_region",
+           "substituted"]

@@ -136,7 +136,7 @@ def study_attrs(graph: Graph, impl: Implementation, target: Target, name: str | 
             "signature": [s.to_json() for s in graph.signature]}
 
 
-class _Recorder:
+class Recorder:
     """Turns measurements into records for one (graph, implementation, target) and commits them."""
 
     def __init__(self, db: Any, graph: Graph, impl: Implementation, target: Target, name: str | None) -> None:
@@ -375,7 +375,7 @@ def _showdown(db: Any, graph: Graph, records: Sequence[TuningRecord], winners: l
                               e[1] == by_name[e[0]].default_config(target)) for e in entries]
         baselines = contestants(measurers[entries[0][0]]) if opts.time_eager else None
         conf = confirm(finalists, lambda e: (e[0], e[1].key()), references=baselines)
-    recorders = {name: _Recorder(db, graph, by_name[name], target, opts.name) for name in measurers}
+    recorders = {name: Recorder(db, graph, by_name[name], target, opts.name) for name in measurers}
     committed = commit_confirmation(conf, True, lambda e, m, ev: recorders[e[0]].commit(m, ev),
                                     f"the winners of {len(winners)} implementations")
     return conf, committed
@@ -408,7 +408,7 @@ def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Ta
                          declare: bool) -> _Outcome:
     """Search, then re-measure the top configs; with ``declare`` (the graph's only implementation) the
     winner is committed as the tuner's verdict, else it goes on to the showdown between implementations."""
-    recorder = _Recorder(db, graph, impl, target, opts.name)
+    recorder = Recorder(db, graph, impl, target, opts.name)
     prior = db.trials(graph.workload_key, target.fingerprint, implementation=impl.name,
                       implementation_hash=recorder.fields["implementation_hash"])
     confirmations = [r for r in prior if is_confirmation(r)]
@@ -522,5 +522,5 @@ def tune_workload(workload: Any, *, db: Any = None, trials: int | None = None, s
     return results
 
 
-__all__ = ["CONFIRM_ROUNDS", "TrialEvent", "TuneResult", "check_budget",
+__all__ = ["CONFIRM_ROUNDS", "Recorder", "TrialEvent", "TuneResult", "check_budget",
            "is_confirmation", "study_attrs", "study_name", "tune_graph", "tune_workload"]
