@@ -26,7 +26,8 @@ from kernelgen.frontend.fx_nodes import constant_value, is_symbolic, is_view, op
 from kernelgen.frontend.patterns import aten_graph_of
 from kernelgen.registry import add_pattern_tracer
 from kernelgen.runtime.aten import NAME as ATEN
-from kernelgen.runtime.aten import aten_first
+from kernelgen.runtime.aten import aten_first, remember_program
+from kernelgen.runtime.aten_program import encode
 from kernelgen.runtime.compiled import CompiledFunction
 from kernelgen.runtime.entry import bind_torch
 from kernelgen.runtime.signature import KEYS, signature_key
@@ -67,6 +68,9 @@ class RegionKernel:
                and not is_view(n)]
         self.compiled = CompiledFunction(gm, **self.options, **({} if dynamic is None else {"dynamic": dynamic}),
                                          partition=False, aten_first=aten_first(graph, ops))
+        # The ATen candidate of this region's workload runs these very ops when it is measured (not the IR's
+        # primitives: ``kernelgen.runtime.aten_program``); the dispatch graph's key is added on the first call.
+        remember_program(graph.workload_key, lambda: encode(gm))
         self.impl: str | None = None  # what ran on the first call: a template/custom call name, "aten" or "eager"
         self.failed: str | None = None
         self._fast: tuple | None = None  # set after the first call (``_shortcut``)
@@ -112,6 +116,8 @@ class RegionKernel:
                 outs = self.compiled(*inputs)
                 if self.impl is None:
                     self.impl = self.compiled.explain(*inputs)["implementation"]
+                    for choice in self.compiled.choices():
+                        remember_program(choice["graph"].workload_key, lambda: encode(self.gm))
                 self._count({"eager": "eager", ATEN: "aten"}.get(self.impl, "kernel"))
                 return tuple(outs) if isinstance(outs, (tuple, list)) else (outs,)
             except KernelgenError as exc:  # e.g. inputs on a device the chosen backend cannot take
