@@ -213,6 +213,11 @@ def bench_model(name: str, mode: str, args: argparse.Namespace, urls: dict[str, 
               f"({row['tuning'].get('regions_done', '-')}/{row['tuning'].get('regions_total', '-')} regions"
               f"{'' if row['tuning'].get('ok') else ', ' + str(row['tuning'].get('error'))})", file=sys.stderr,
               flush=True)
+        check = row["tuning"].get("check")
+        if check:  # the tuner's own whole-step check (kernelgen.tune.model_check), in the tuning process
+            steps = ", ".join(f"{v} {ms:.2f}" for v, ms in check["step_ms"].items())
+            print(f"  {name} {mode}: whole-step check (ms): {steps}; kept {check['kept']}, "
+                  f"{check['changed']} region(s) changed", file=sys.stderr, flush=True)
     model, fargs, fkwargs = load_model(factory)
     prepare(model, mode)
     steps: dict[str, Callable[[], Any]] = {"eager": step(model, fargs, fkwargs, mode)}
