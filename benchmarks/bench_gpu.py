@@ -5,7 +5,9 @@ For every problem of a GPU manifest (default ``examples/workloads_gpu.toml``) it
 empty database (the templates' default configs) and kernelgen over ``--db`` (what ``kernelgen tune`` recorded),
 with the implementation and config each kernelgen run dispatched and its largest difference from eager.
 Rounds are interleaved (one measurement of each variant per round) so clock and thermal drift hit every
-column alike; the figure is the median over rounds.
+column alike; the figure is the median over rounds. A memory-bound row (no GEMM or attention) also gets each
+column's share of the bandwidth floor (``kernelgen.report.floor``: the bytes it must move over the device's copy
+bandwidth, measured here with a 1 GiB device-to-device copy; 1.00 = at the floor).
 
     kernelgen tune examples/workloads_gpu.toml --db sqlite:///gpu.sqlite
     python benchmarks/bench_gpu.py --db sqlite:///gpu.sqlite [--rounds 5] [--only softmax] [--json]
@@ -49,16 +51,19 @@ def main() -> int:
     from triton.testing import do_bench
 
     import kernelgen
+    from kernelgen.report.floor import floor_share, memory_bound
     from kernelgen.tune.manifest import load_manifest
 
     only = [s for s in args.only.split(",") if s]
     empty_db = f"sqlite:///{Path(tempfile.mkdtemp()) / 'untuned.sqlite'}"
-    print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  tuned db: {args.db}")
+    bandwidth = _copy_bandwidth(do_bench)
+    print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  tuned db: {args.db}  "
+          f"copy bandwidth: {bandwidth / 1e12:.2f} TB/s")
     rows = []
     for workload in load_manifest(args.manifest):
         if only and not any(s in workload.name for s in only):
             continue
-        for specs in workload.signatures:
+        for specs, graph in zip(workload.signatures, workload.graphs):
             args_ = _inputs(specs, "cuda")
             label = f"{workload.name} {'x'.join(map(str, specs[0].shape))} {specs[0].dtype}"
             variants = {"eager": workload.fn}
@@ -78,13 +83,17 @@ def main() -> int:
                 for name, fn in variants.items():
                     samples[name].append(do_bench(lambda fn=fn: fn(*args_), warmup=5, rep=40))
             med = {name: statistics.median(v) for name, v in samples.items()}
-            row = {"problem": label, "ms": med, "max_error": errors,
+            floor = {name: floor_share(graph, t / 1e3, bandwidth) for name, t in med.items()} \
+                if memory_bound(graph) else None
+            row = {"problem": label, "ms": med, "max_error": errors, "floor_share": floor,
                    "untuned": _explained(untuned, args_), "tuned": _explained(tuned, args_) if tuned else None}
             rows.append(row)
             cells = "  ".join(f"{name} {t * 1e3:8.1f} us" for name, t in med.items())
             ratio = "  ".join(f"{name}: {med['eager'] / t:.2f}x eager" for name, t in med.items()
                               if name.startswith("kg"))
             print(f"{label:38s} {cells}  | {ratio}")
+            if floor is not None:
+                print("    share of the bandwidth floor: " + "  ".join(f"{name} {v:.2f}" for name, v in floor.items()))
             for key in ("untuned", "tuned"):
                 if row[key]:
                     print(f"    {key}: {row[key]}  err {errors['kg ' + key]:.2e}")
@@ -94,6 +103,16 @@ def main() -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
     return 0
+
+
+def _copy_bandwidth(do_bench) -> float:
+    """Bytes per second a 1 GiB device-to-device copy moves (read + write), timed as the kernels are."""
+    from kernelgen.report.floor import copy_bandwidth
+
+    src = torch.empty(2**30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    seconds = do_bench(lambda: dst.copy_(src), warmup=5, rep=100) / 1e3
+    return copy_bandwidth(src.numel(), seconds)
 
 
 def _explained(fast, args) -> str:

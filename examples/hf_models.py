@@ -2,7 +2,10 @@
 GPT-2, Llama, BERT and a ResNet-18, as ``kernelgen tune --model`` factories and for ``benchmarks/bench_models.py``.
 
 Each factory returns ``(model, inputs)`` with ``inputs`` a dict of keyword tensors. ``bench`` sizes are the
-issue's (2 layers, hidden 256, 4 x 128 tokens; ResNet-18 at 4 x 128² images); ``test`` sizes keep CI fast.
+issue's (2 layers, hidden 256, 4 x 128 tokens; ResNet-18 at 4 x 128² images); ``test`` sizes keep CI fast;
+``gpu`` sizes are a GPU's (4 layers, hidden 768, 12 heads, vocab 8192, 8 x 512 tokens; ResNet-18 at 8 x 224²),
+built on CUDA with PyTorch's default attention (``sdpa``): the ``*_gpu`` factories in bfloat16 (inference), the
+``*_gpu_fp32`` ones in float32 (training).
 Dropout is off so that two runs of a training step compute the same values (eager, Inductor and kernelgen
 are compared on them).
 
@@ -21,19 +24,33 @@ NAMES = ("gpt2", "llama", "bert", "resnet")
 SIZES = {
     "test": {"layers": 2, "hidden": 64, "heads": 2, "seq": 16, "batch": 2, "vocab": 256, "image": 32},
     "bench": {"layers": 2, "hidden": 256, "heads": 4, "seq": 128, "batch": 4, "vocab": 1000, "image": 128},
+    "gpu": {"layers": 4, "hidden": 768, "heads": 12, "seq": 512, "batch": 8, "vocab": 8192, "image": 224},
 }
+# The attention each size builds: the written-out one every model family has on CPUs; on a GPU, the default
+# (``sdpa``: cuDNN / flash / memory-efficient kernels) a new user gets.
+ATTENTION = {"test": "eager", "bench": "eager", "gpu": "sdpa"}
 
 
-def build(name: str, size: str = "bench") -> tuple[Any, dict[str, Any]]:
-    """``(model, inputs)`` of model ``name`` (one of ``NAMES``) at ``size`` (``test`` or ``bench``)."""
+def build(name: str, size: str = "bench", device: str = "cpu", dtype: Any = None) -> tuple[Any, dict[str, Any]]:
+    """``(model, inputs)`` of model ``name`` (one of ``NAMES``) at ``size`` (``test``, ``bench`` or ``gpu``), on
+    ``device`` in ``dtype`` (None: float32)."""
+    import torch
+
+    model, inputs = _build(name, size)
+    model = model.to(device=device, dtype=dtype)
+    return model, {k: v.to(device=device, dtype=dtype if v.is_floating_point() else None) for k, v in inputs.items()}
+
+
+def _build(name: str, size: str) -> tuple[Any, dict[str, Any]]:
     import torch
     import transformers
 
     if name not in NAMES or size not in SIZES:
-        raise ValueError(f"unknown model {name!r} or size {size!r}; models: {', '.join(NAMES)}; sizes: test, bench")
+        raise ValueError(f"unknown model {name!r} or size {size!r}; models: {', '.join(NAMES)}; "
+                         f"sizes: {', '.join(SIZES)}")
     s = SIZES[size]
     torch.manual_seed(SEED)
-    common = {"attn_implementation": "eager"}  # the written-out attention every model family has
+    common = {"attn_implementation": ATTENTION[size]}
     if name == "resnet":
         wide = [64, 128, 256, 512] if size == "bench" else [8, 16]
         config = transformers.ResNetConfig(embedding_size=wide[0], hidden_sizes=wide, depths=[2] * len(wide),
@@ -92,3 +109,43 @@ def bert_test() -> tuple[Any, dict[str, Any]]:
 
 def resnet_test() -> tuple[Any, dict[str, Any]]:
     return build("resnet", "test")
+
+
+def _gpu(name: str, bf16: bool) -> tuple[Any, dict[str, Any]]:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"{name} at GPU sizes needs a CUDA device; use examples.hf_models:{name} on a CPU")
+    return build(name, "gpu", "cuda", torch.bfloat16 if bf16 else None)
+
+
+def gpt2_gpu() -> tuple[Any, dict[str, Any]]:
+    return _gpu("gpt2", True)
+
+
+def llama_gpu() -> tuple[Any, dict[str, Any]]:
+    return _gpu("llama", True)
+
+
+def bert_gpu() -> tuple[Any, dict[str, Any]]:
+    return _gpu("bert", True)
+
+
+def resnet_gpu() -> tuple[Any, dict[str, Any]]:
+    return _gpu("resnet", True)
+
+
+def gpt2_gpu_fp32() -> tuple[Any, dict[str, Any]]:
+    return _gpu("gpt2", False)
+
+
+def llama_gpu_fp32() -> tuple[Any, dict[str, Any]]:
+    return _gpu("llama", False)
+
+
+def bert_gpu_fp32() -> tuple[Any, dict[str, Any]]:
+    return _gpu("bert", False)
+
+
+def resnet_gpu_fp32() -> tuple[Any, dict[str, Any]]:
+    return _gpu("resnet", False)

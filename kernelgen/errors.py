@@ -122,6 +122,11 @@ class ReadOnlyDatabaseError(DatabaseError):
     """A write was attempted on a database opened read-only (a team database seen by a consumer)."""
 
 
+class TooManyConnectionsError(DatabaseError, EnvironmentFailure):
+    """The database server has no connection slot left (its ``max_connections``): the machine's failure, not the
+    tuning's. Retryable: nothing is judged by it, and a rerun once slots are free goes on where it stopped."""
+
+
 class ImportFormatError(DatabaseError):
     """An import file is malformed, truncated or from a newer format version; nothing was imported."""
 

@@ -58,8 +58,9 @@ def test_the_setting_can_be_turned_off():
 def test_the_backend_applies_it_once_per_process():
     import torch
 
+    from kernelgen.env_flags import env_flag
     from kernelgen.runtime import memory
 
     torch.compile(lambda x: x * 2 + 1, backend="kernelgen")(torch.randn(8))
-    assert memory._APPLIED == [os.environ.get(memory.ENV, "1") != "0"]
+    assert memory._APPLIED == [env_flag(memory.ENV, True)]
     assert memory.keep_freed_memory() is memory._APPLIED[0]  # a second call changes nothing

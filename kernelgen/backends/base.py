@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from kernelgen.backends.timing import Stopwatch, repeat
+from kernelgen.backends.clocks import HostClock, clock_for
 from kernelgen.ir.target import Target
 from kernelgen.ir.values import Source, TimeStats
 
@@ -40,7 +40,8 @@ class Backend(ABC):
     - ``compile(source)`` returns a ``Kernel`` or raises ``CompileError`` whose message holds the path of
       the rendered source. Results are cached; compiling the same source twice is cheap.
     - ``benchmark(fn)`` times a zero-argument callable and returns ``TimeStats`` in seconds, with the one
-      timing loop (``kernelgen.backends.timing``) on the backend's ``stopwatch()`` and ``cold_cache()`` step.
+      timing loop (``kernelgen.backends.timing``) on the clock of the backend's tensor device (``clock()``,
+      ``kernelgen.backends.clocks``).
     - ``recipe()`` is everything besides the source text that shapes a compiled kernel (compiler, version,
       flags, cache format); it is part of every implementation hash.
     Instances are process-wide singletons (``kernelgen.backends.get_backend``) and thread-safe.
@@ -73,30 +74,27 @@ class Backend(ABC):
     def synchronize(self) -> None:
         """Wait for queued work (no-op on the CPU)."""
 
+    def tensor_device(self) -> str:
+        """The torch device type this backend's kernels read and write tensors on (the CPU unless a backend
+        says otherwise)."""
+        return "cpu"
+
+    def clock(self) -> HostClock:
+        """How kernels on this backend's tensors are timed (``kernelgen.backends.clocks``: by device, so every
+        candidate on one device gets the same clock, whichever backend built it)."""
+        return clock_for(self.tensor_device())
+
     def stopwatch(self) -> Any:
-        """The clock of ``kernelgen.backends.timing``: wall time around ``synchronize`` (GPU backends: events)."""
-        return Stopwatch(self.synchronize)
+        """The clock of ``kernelgen.backends.timing``: wall time on the CPU, CUDA events on a GPU."""
+        return self.clock().stopwatch()
 
     def cold_cache(self) -> Callable[[], None] | None:
         """What runs untimed before each timed run so every run starts alike (a GPU's L2 flush), or None."""
-        return None
+        return self.clock().cold_cache()
 
     def benchmark(self, fn: Callable[[], Any], *, min_time: float = 0.1, warmup: int = 2,
                   min_repeats: int = 5, max_repeats: int = 200, before: Callable[[], None] | None = None) -> TimeStats:
-        """Time ``fn`` with the one timing loop (``kernelgen.backends.timing.repeat``) on this backend's clock;
-        ``before`` runs untimed before every run (after the backend's own ``cold_cache`` step)."""
-        return repeat(fn, self.stopwatch(), min_time=min_time, warmup=warmup, min_repeats=min_repeats,
-                      max_repeats=max_repeats, before=_chain(self.cold_cache(), before))
-
-
-def _chain(*steps: Callable[[], None] | None) -> Callable[[], None] | None:
-    """One callable running the given steps in order (None when there are none)."""
-    present = [step for step in steps if step is not None]
-    if len(present) <= 1:
-        return present[0] if present else None
-
-    def run() -> None:
-        for step in present:
-            step()
-
-    return run
+        """Time ``fn`` with the one timing loop on this backend's clock; ``before`` runs untimed before every
+        run (after the clock's own ``cold_cache`` step)."""
+        return self.clock().time(fn, min_time=min_time, warmup=warmup, min_repeats=min_repeats,
+                                 max_repeats=max_repeats, before=before)

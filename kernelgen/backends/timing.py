@@ -1,8 +1,7 @@
 """The one timing loop: warm up, then repeat a callable until a minimum total time and repeat count.
 
-Backends supply the clock (``Backend.stopwatch()``: wall clock around a synchronize on the CPU, device
-events on a GPU) and what must happen untimed before each run (``Backend.cold_cache``: flushing a GPU's
-L2); callers add their own untimed step (restoring the inputs of a kernel that writes them). Everything
+The device the timed tensors live on supplies the clock (``kernelgen.backends.clocks``: wall clock on the CPU,
+CUDA events on a GPU) and what must happen untimed before each run (flushing a GPU's L2); callers add their own untimed step (restoring the inputs of a kernel that writes them). Everything
 that times a kernel (tuning trials, confirmation rounds, eager baselines, ``Backend.benchmark``) comes here;
 ``interleaved`` is the same clock taking one run of each variant per round, for side-by-side benchmarks.
 """

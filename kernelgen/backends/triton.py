@@ -23,7 +23,6 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -282,39 +281,6 @@ class TritonBackend(Backend):
             import torch
 
             torch.cuda.synchronize()
-
-    def _on_gpu(self) -> bool:
-        return self.has_gpu() and not interpreter_active()
-
-    def stopwatch(self) -> Any:
-        """On a GPU: CUDA events (as ``triton.testing.do_bench``); under the interpreter: wall-clock time
-        (meaningless for tuning, but it runs)."""
-        return _EventStopwatch() if self._on_gpu() else super().stopwatch()
-
-    def cold_cache(self) -> Callable[[], None] | None:
-        """On a GPU: zero a 256 MiB buffer before each timed run, so every run finds a cold L2, as a kernel
-        inside a model does."""
-        if not self._on_gpu():
-            return None
-        import torch
-
-        flush = torch.empty(256 * 2**20 // 4, dtype=torch.int32, device="cuda")
-        return flush.zero_
-
-
-class _EventStopwatch:
-    """Device time between two CUDA events, in seconds."""
-
-    def start(self) -> None:
-        import torch
-
-        self._start, self._end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        self._start.record()
-
-    def stop(self) -> float:
-        self._end.record()
-        self._end.synchronize()
-        return self._start.elapsed_time(self._end) / 1e3
 
 
 def load_entry(path: Path, entry: str) -> Any:

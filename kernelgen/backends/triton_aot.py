@@ -27,13 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from kernelgen.backends.triton import compile_options, interpreter_requested, launch_meta, load_entry, write_module
+from kernelgen.env_flags import env_flag
 from kernelgen.errors import CompileError, ToolchainUnavailableError, UnsupportedOpError
 from kernelgen.ir.space import Constraint, Param, SearchSpace
 from kernelgen.ir.target import Target, library_versions
 from kernelgen.ir.values import Config, Source, content_hash
 from kernelgen.paths import atomic_write_text, cache_dir
 
-_VERSION = "4"  # bump when the report's recipe changes
+_VERSION = "5"  # bump when the report's recipe changes (5: scalar arguments; 4 cached their failures)
 _DEFAULT_LIMITS = {"warp_size": 32, "max_threads": 1024, "shared_memory": 49152, "registers": 65536}
 JOB_TIMEOUT = 60  # seconds per kernel in the compiler subprocess; a compile that hangs counts as failing
 _TIMED_OUT = "ahead-of-time compile timed out:"
@@ -107,10 +108,19 @@ def gpu_target_spec(target: Target) -> dict[str, Any]:
     return {"backend": target.kind, "arch": arch, "warp_size": gpu_limits(target)["warp_size"]}
 
 
+# Scalar arguments a kernel takes after its tensors, by the ``Source.meta`` key that adds them, with the Triton
+# type its JIT gives them at run time: a shape-generic kernel's batch size ``n0`` (``kernelgen.backends.triton``;
+# a Python int below 2**31 is i32 to the JIT). Left out of the signature, every config of every shape-generic
+# kernel failed to compile ahead of time, so no template was shape-generic on a GPU and no shape family formed.
+SCALAR_ARGS: dict[str, str] = {"dynamic": "i32"}
+
+
 def _job(source: Source) -> dict[str, Any]:
     specs, _, constexprs, num_warps, num_stages = launch_meta(source)
+    scalars = [kind for key, kind in SCALAR_ARGS.items() if source.meta.get(key) not in (None, "")]
     return {"path": str(write_module(source)), "entry": source.entry, "constexprs": constexprs,
-            "dtypes": [s.dtype for s in specs or ()], "num_warps": num_warps, "num_stages": num_stages}
+            "dtypes": [s.dtype for s in specs or ()], "scalars": scalars, "num_warps": num_warps,
+            "num_stages": num_stages}
 
 
 _memo: dict[str, ResourceReport | str] = {}
@@ -225,6 +235,7 @@ def compile_job(job: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any] | s
         fn = JITFunction(getattr(fn, "fn", fn))
     names = fn.arg_names
     signature = {name: POINTER_TYPE[dtype] for name, dtype in zip(names, job["dtypes"])}
+    signature.update(zip(names[len(job["dtypes"]):], job.get("scalars", ())))  # the scalars follow the tensors
     signature.update({name: "constexpr" for name in job["constexprs"]})
     # Tensors from torch's allocator are 16-byte aligned, which Triton's JIT detects and specialises on;
     # say so here too, or loads are not vectorised (and not pipelined) as they would be at run time.
@@ -305,7 +316,7 @@ def _amd_usage(asm: str) -> dict[str, int]:
 def resource_constraints(render: Callable[[Config], Source], target: Target) -> list[Constraint]:
     """For a GPU target, a constraint that compiles a config ahead of time and rejects what does not fit
     (shared memory, registers, spills). Empty for CPU targets or when ``KERNELGEN_TRITON_AOT=0``."""
-    if target.kind not in ("cuda", "hip") or os.environ.get("KERNELGEN_TRITON_AOT", "1") == "0":
+    if target.kind not in ("cuda", "hip") or not env_flag("KERNELGEN_TRITON_AOT", True):
         return []
 
     def fits(config: Config) -> bool:

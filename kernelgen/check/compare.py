@@ -22,6 +22,10 @@ TOLERANCES: dict[str, tuple[float, float]] = {
 }
 
 
+FLOAT_RESULTS = frozenset(TOLERANCES)
+LOW_PRECISION = frozenset({"float16", "bfloat16"})  # a graph computing in these is judged by ``judge``
+
+
 def tolerance(dtype: str, registered: float | None = None) -> tuple[float, float] | None:
     """``(rtol, atol)`` for outputs of ``dtype``: ``registered`` for both when given (a custom call's
     ``tolerance=``), else the table's row; None means exact (integers, bool)."""
@@ -137,4 +141,55 @@ def compare(actual: Any, expected: Any, dtype: str, tol: tuple[float, float] | N
             f"expected {e[index].item():.6g}")
 
 
-__all__ = ["TOLERANCES", "VALUE_CLASSES", "compare", "make_inputs", "poison", "tolerance", "value_class_inputs"]
+# How much further from the exact values than eager's own computation in the same dtype a kernel may be (its error
+# beyond its own final rounding, as a root mean square over the tensor and at its worst element). 3 is PyTorch's
+# multiplier for the same judgement (``torch._dynamo.utils.same`` with an fp64 reference).
+EAGER_ERROR_MULTIPLE = 3.0
+# Room for float32 accumulation in another order where eager's own error happens to be ~0, in units of float32's
+# epsilon times the exact values' root mean square (a sum of K terms reordered moves ~sqrt(K) epsilons).
+ACCUMULATION_EPSILONS = 64.0
+# What a cached check verdict was judged by (``kernelgen.check.verdicts`` keys on it): a verdict of another rule
+# is judged again, never trusted. 2: low-precision results judged by ``judge`` (1: the table alone).
+JUDGEMENT = (2, EAGER_ERROR_MULTIPLE, ACCUMULATION_EPSILONS)
+
+
+def judge(actual: Any, exact: Any, eager: Any, dtype: str) -> str | None:
+    """None when ``actual`` (a float output of ``dtype``) is as close to ``exact`` (the graph in float64,
+    ``kernelgen.ir.reference`` precision "exact") as eager's own computation ``eager`` (precision "eager": every op
+    rounded to its dtype) is, within ``EAGER_ERROR_MULTIPLE``; else a one-line description.
+
+    A low-precision result is judged as one: a bfloat16 GEMM rounds its output (1/512 of the value) wherever it
+    runs, so a fixed relative tolerance either refuses eager's own answer (float32's, on a bfloat16 GEMM cast up)
+    or lets a dropped term of a long sum through (bfloat16's 4%, on a K=8192 sum of size ~90). The kernel's error
+    is counted beyond half an ulp of its output dtype (the rounding every correct kernel makes at its store), and
+    compared at the tensor's root mean square and at its worst element with eager's. Positions where eager or the
+    exact values are not finite are not compared; a non-finite result where both are finite fails."""
+    import torch
+
+    if tuple(actual.shape) != tuple(exact.shape):
+        return f"output shape {list(actual.shape)} differs from the reference's {list(exact.shape)}"
+    a, t, e = actual.double(), exact.to(actual.device).double(), eager.to(actual.device).double()
+    compared = torch.isfinite(t) & torch.isfinite(e)
+    if bool((compared & ~torch.isfinite(a)).any()):
+        index = tuple(int(i) for i in torch.nonzero(compared & ~torch.isfinite(a))[0])
+        return f"non-finite result where eager's is finite; first at {list(index)}: got {a[index].item()}, " \
+               f"expected {t[index].item():.6g}"
+    if not bool(compared.any()):
+        return None
+    a, t, e = a[compared], t[compared], e[compared]
+    half_ulp = torch.finfo(getattr(torch, dtype)).eps / 2 * t.abs()
+    err = ((a - t).abs() - half_ulp).clamp(min=0)
+    eager_err = (e - t).abs()
+    floor = ACCUMULATION_EPSILONS * torch.finfo(torch.float32).eps * float(t.square().mean().sqrt())
+    rms, eager_rms = float(err.square().mean().sqrt()), float(eager_err.square().mean().sqrt())
+    worst, eager_worst = float(err.max()), float(eager_err.max())
+    m = EAGER_ERROR_MULTIPLE
+    if rms <= m * eager_rms + floor and worst <= m * eager_worst + floor:
+        return None
+    where = int((err - (m * eager_worst + floor)).argmax()) if worst > m * eager_worst + floor else int(err.argmax())
+    return (f"error against the exact values {rms:.3g} rms, {worst:.3g} at worst, where eager's own {dtype} "
+            f"computation is {eager_rms:.3g} rms, {eager_worst:.3g} at worst (allowed {m:g}x + {floor:.2g}); "
+            f"e.g. got {a[where].item():.6g}, exact {t[where].item():.6g}")
+
+
+__all__ = ["ACCUMULATION_EPSILONS", "EAGER_ERROR_MULTIPLE", "FLOAT_RESULTS", "JUDGEMENT", "LOW_PRECISION", "judge", "TOLERANCES", "VALUE_CLASSES", "compare", "make_inputs", "poison", "tolerance", "value_class_inputs"]

@@ -5,7 +5,8 @@ with a timeout, so a kernel that segfaults, aborts, exits or loops costs a ``Ver
 timeout, wrong_result, compile_error), never the caller. Dispatch and ``kernelgen registry check`` ask
 here; whatever a tuning database says, a config whose check failed is not run. Verdicts are kept in this
 process and on disk under a complete key (implementation and its source hash, config, workload and
-signature, target fingerprint, kernelgen version, thread count, tolerances), so a config is checked once per
+signature, target fingerprint, kernelgen version, thread count, tolerances and the rule that judged it:
+``kernelgen.check.compare.JUDGEMENT``), so a config is checked once per
 machine.
 """
 
@@ -23,10 +24,11 @@ from typing import Any
 import inspect
 
 from kernelgen.check.budget import check_bytes, too_large
-from kernelgen.check.compare import tolerance
+from kernelgen.check.compare import JUDGEMENT, tolerance
 from kernelgen.check.sample import sample_folder, write_sample
 from kernelgen.check.measure import TimingPolicy
 from kernelgen.check.worker import InProcessMeasurer, IsolatedMeasurer
+from kernelgen.env_flags import env_flag
 from kernelgen.errors import KernelgenError
 from kernelgen.ir.values import RETRYABLE_PREFIX, Config, Status
 from kernelgen.paths import atomic_write_text, cache_dir
@@ -79,7 +81,7 @@ def check_timeout() -> float:
 
 
 def _isolated() -> bool:
-    return os.environ.get(ISOLATE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return env_flag(ISOLATE_ENV, True)
 
 
 def _references(impl: Any) -> dict[str, str]:
@@ -104,7 +106,8 @@ def _key(impl: Any, config: Config, target: Any, threads: int) -> tuple[str, dic
               "source_hash": impl.source_hash(), "config": config.to_json(), "workload": impl.graph.workload_key,
               "signature": [s.to_json() for s in impl.graph.signature], "references": _references(impl),
               "target": target.fingerprint, "kernelgen": __version__, "threads": threads,
-              "tolerances": [_as_list(_tolerance(impl, s.dtype)) for s in impl.graph.output_specs]}
+              "tolerances": [_as_list(_tolerance(impl, s.dtype)) for s in impl.graph.output_specs],
+              "judgement": list(JUDGEMENT)}
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
     return digest, fields
 

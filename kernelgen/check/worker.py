@@ -4,10 +4,13 @@ The worker rebuilds the implementation from its graph JSON and backend with the 
 ``worker_factory = "module:callable"``, called with ``(graph, backend, **worker_args)`` (``worker_args`` an
 optional JSON-able dict on the implementation), then builds and measures configs on request. The parent enforces a timeout per request: a worker that dies (even from a segfault) gives a
 ``runtime_error`` measurement, one that hangs is killed and gives ``timeout``; either way a fresh worker
-replaces it and the tuning run goes on.
+replaces it and the tuning run goes on. Otherwise a worker lives for the parent's session: the parent's pool lends
+it to one request at a time, across implementations, phases and graphs (a ``kernelgen tune`` run starts one per
+measuring thread, plus one per fault), and it keeps every implementation of the current graph set up.
 
 Protocol (one JSON object per line; the worker's own stdout is redirected to stderr so kernels that
-print cannot corrupt it): ``setup`` -> ``{"ok": true}`` | ``{"error": msg}``; ``build`` / ``run`` with a
+print cannot corrupt it): ``setup`` -> ``{"ok": true}`` | ``{"error": msg}`` (a setup the worker holds, one of
+the current graph's implementations, is selected, not rebuilt); ``build`` / ``run`` with a
 config -> ``{"measurement": ...}`` (``build`` answers ``{"ok": true}`` when the config compiled);
 ``check`` with a built config -> ``{"ok": true}`` | ``{"measurement": failure}`` (one run compared with the
 reference, not timed: the first check of a config in dispatch and ``registry check``);
@@ -29,7 +32,9 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from functools import partial
+from typing import Any, TypeVar
 
 from kernelgen.check.baselines import COMPILE_TIMEOUT, ReferenceSkipped
 from kernelgen.check.measure import Bench, TimingPolicy, pin_threads
@@ -44,6 +49,8 @@ WORKER_FACTORY_ATTR = "worker_factory"  # optional "module:callable" on an Imple
 WORKER_ARGS_ATTR = "worker_args"  # optional keyword arguments (JSON) the factory is called with
 SETUP_TIMEOUT = 180.0  # importing torch and computing the reference; generous on a loaded machine
 BUILD_TIMEOUT = 600.0  # compiling one config, when no timeout is given
+HELD_BENCHES = 16  # implementations of one graph a worker keeps set up (a showdown takes turns between them)
+_T = TypeVar("_T")
 
 
 class WorkerDied(Exception):
@@ -162,11 +169,18 @@ _POOL_LOCK = threading.Lock()
 
 
 def _acquire(threads: int) -> WorkerProcess:
-    """An idle live worker with ``threads`` threads (reused across graphs: importing torch is slow)."""
+    """An idle live worker, else a fresh one: the workers of a process live for its session (importing torch,
+    and on a GPU initialising CUDA, costs seconds), reused across implementations, phases and graphs, and a
+    new one starts only when every live worker is busy (``--workers``) or after a fault. One started with
+    ``threads`` threads is preferred; any other serves too, since setting an implementation up pins the
+    worker's threads to its timing policy (the tuner's count follows the machine's load)."""
     with _POOL_LOCK:
-        for i, w in enumerate(_POOL):
-            if w.threads == threads and w.alive():
-                return _POOL.pop(i)
+        for dead in [w for w in _POOL if not w.alive()]:
+            _POOL.remove(dead)
+            dead.close()
+        if _POOL:
+            i = next((i for i, w in enumerate(_POOL) if w.threads == threads), len(_POOL) - 1)
+            return _POOL.pop(i)
     return WorkerProcess(threads)
 
 
@@ -200,8 +214,11 @@ def implementation_spec(impl: Any) -> dict[str, Any]:
 class IsolatedMeasurer:
     """Measures configs of one implementation in a worker process with timeouts; replaces dead workers.
 
-    ``measure(config)`` never raises for a per-config failure. Use one per thread; ``close()`` (or a
-    ``with`` block) returns the worker to a process-wide pool.
+    Each request borrows a worker from the process-wide pool and gives it back after the answer, so measurers
+    that take turns (the phases and implementations of a tuning, the interleaved rounds between them) share
+    one process; a worker that died or hung is closed instead, and the next request gets a fresh one.
+    ``measure(config)`` never raises for a per-config failure. One request at a time per measurer; measurers
+    used at once (one per measuring thread) get a worker each.
     """
 
     def __init__(self, impl: Any, *, seed: int = 0, policy: Any = None, timeout: float = 60.0,
@@ -216,38 +233,56 @@ class IsolatedMeasurer:
                        "policy": {**self.policy.to_json(), "threads": self.threads},
                        "sys_path": [p for p in sys.path if p]}
         self._key = json.dumps(self._setup, sort_keys=True)
-        self._worker: WorkerProcess | None = None
-        self.restarts = 0
+        self._worker: WorkerProcess | None = None  # the worker lent to the request in flight
+        self.restarts = 0  # workers lost to a fault (each replaced by the next request)
+
+    def _request(self, send: Callable[[WorkerProcess], _T]) -> _T:
+        """``send(worker)`` with a worker set up for this implementation, borrowed for this one request."""
+        worker = self._ready()
+        self._worker = worker
+        try:
+            return send(worker)
+        except BaseException:
+            worker.kill()  # interrupted mid-request: its answer may still be on the way
+            raise
+        finally:
+            self._worker = None
+            if not worker.alive():
+                self.restarts += 1
+                log.info("measurement worker pid %d is gone; the next request of %s starts a fresh one",
+                         worker.proc.pid, self._setup["implementation"])
+            _release(worker)  # closes a dead one
 
     def _ready(self) -> WorkerProcess:
-        if self._worker is None or not self._worker.alive():
-            if self._worker is not None:
-                log.info("measurement worker pid %d died; starting a fresh one for %s", self._worker.proc.pid,
-                         self._setup["implementation"])
-                self._worker.close()
-                self.restarts += 1
-            self._worker = _acquire(self.threads)
-        if self._worker.setup_key != self._key:
-            reply = self._call_setup()
-            if "error" in reply and self._worker.setups:
+        worker = _acquire(self.threads)
+        if worker.setup_key == self._key:
+            return worker
+        try:
+            reply = self._call_setup(worker)
+            if "error" in reply and worker.setups:
                 log.debug("pooled worker could not set up %s (%s); starting a fresh one",
                           self._setup["implementation"], reply["error"])
                 # A pooled worker keeps what it imported for earlier graphs (a registration since edited or
                 # replaced): a fresh one starts from the sources as they are now.
-                self._worker.close()
-                self._worker = WorkerProcess(self.threads)
-                reply = self._call_setup()
-            if "error" in reply:
-                raise KernelgenError(f"the measurement worker cannot set up {self._setup['implementation']!r}: "
-                                     f"{reply['error']}")
-            self._worker.setup_key = self._key
-            self._worker.setups += 1
-        return self._worker
+                worker.close()
+                worker = WorkerProcess(self.threads)
+                reply = self._call_setup(worker)
+        except BaseException:
+            _release(worker)
+            raise
+        if "error" in reply:
+            _release(worker)
+            raise KernelgenError(f"the measurement worker cannot set up {self._setup['implementation']!r}: "
+                                 f"{reply['error']}")
+        worker.setup_key = self._key
+        worker.threads = self.threads  # what the setup pinned it to
+        worker.setups += 1
+        return worker
 
-    def _call_setup(self) -> dict[str, Any]:
-        assert self._worker is not None
+    def _call_setup(self, worker: WorkerProcess) -> dict[str, Any]:
+        worker.setup_key = None  # whatever the answer, the worker no longer runs the implementation before
         try:
-            return self._worker.call(self._setup, SETUP_TIMEOUT)
+            return worker.call(self._setup, SETUP_TIMEOUT)
         except WorkerDied as exc:
             raise KernelgenError(f"the measurement worker failed to start: {exc}") from None
 
@@ -268,27 +303,35 @@ class IsolatedMeasurer:
     def _build_then(self, op: str, config: Config, extra: dict[str, Any] | None = None) -> Measurement | dict[str, Any]:
         """Build ``config`` in the worker (bounded by ``build_timeout``), then ask ``op`` of it (bounded by
         ``timeout``): the worker's reply, or the failure ``Measurement`` of whichever step failed."""
-        worker = self._ready()
+        return self._request(partial(self._build_in, op, config, extra))
+
+    def _build_in(self, op: str, config: Config, extra: dict[str, Any] | None,
+                  worker: WorkerProcess) -> Measurement | dict[str, Any]:
         payload = {"config": config.to_json()}
         try:
             built = worker.call({"op": "build", **payload}, self.build_timeout)
-            if "measurement" in built:
-                return Measurement.from_json(built["measurement"])
-            reply = worker.call({"op": op, **payload, **(extra or {})}, self.timeout)
+            reply: Measurement | dict[str, Any] = Measurement.from_json(built["measurement"]) \
+                if "measurement" in built else worker.call({"op": op, **payload, **(extra or {})}, self.timeout)
         except WorkerDied as exc:
             log.info("%s %s: the worker died or hung (%s): %s", self._setup["implementation"], dict(config),
                      exc.status.value, exc)
             worker.setup_key = None
             return Measurement(config=config, status=exc.status, message=" ".join(str(exc).split())[:2000],
                                threads=self.threads)
-        if "error" in reply:
+        if isinstance(reply, dict) and "error" in reply:
             return Measurement(config=config, status=Status.RUNTIME_ERROR, message=reply["error"], threads=self.threads)
+        failure = reply if isinstance(reply, Measurement) else \
+            Measurement.from_json(reply["measurement"]) if "measurement" in reply else None
+        if failure is not None and failure.retryable:
+            # The machine failed (no space, no file descriptors, no memory): the worker may be what ran short,
+            # so it is not reused; the next request starts a fresh one.
+            worker.kill()
         return reply
 
     def eager(self) -> TimeStats | None:
         """Time the eager reference in the worker; None when it fails."""
         try:
-            reply = self._ready().call({"op": "eager"}, self.timeout)
+            reply = self._request(lambda worker: worker.call({"op": "eager"}, self.timeout))
         except WorkerDied:
             return None
         return TimeStats.from_json(reply["time"]) if "time" in reply else None
@@ -297,7 +340,8 @@ class IsolatedMeasurer:
         """Time torch.compile of the reference in the worker (compiling it on the first call); None when
         unsteady; ``ReferenceSkipped`` when it cannot be compiled or the worker dies on it."""
         try:
-            reply = self._ready().call({"op": "compiled"}, max(self.build_timeout, COMPILE_TIMEOUT))
+            reply = self._request(lambda worker: worker.call({"op": "compiled"},
+                                                             max(self.build_timeout, COMPILE_TIMEOUT)))
         except WorkerDied as exc:
             raise ReferenceSkipped(f"torch.compile: {exc}") from None
         if "skipped" in reply:
@@ -305,12 +349,10 @@ class IsolatedMeasurer:
         return TimeStats.from_json(reply["time"]) if "time" in reply else None
 
     def close(self) -> None:
-        if self._worker is not None:
-            _release(self._worker)
-            self._worker = None
+        pass  # each request gave its worker back
 
     def kill(self) -> None:
-        """Stop the worker now (it may be mid-measurement); thread-safe enough to call from another thread."""
+        """Stop the worker of the request in flight, if any; thread-safe enough to call from another thread."""
         worker = self._worker
         if worker is not None:
             worker.kill()
@@ -318,9 +360,7 @@ class IsolatedMeasurer:
     def __enter__(self) -> "IsolatedMeasurer":
         return self
 
-    def __exit__(self, exc_type: object, *_: object) -> None:
-        if exc_type is not None and self._worker is not None:
-            self._worker.kill()  # interrupted mid-request: its answer may still be on the way
+    def __exit__(self, *_: object) -> None:
         self.close()
 
 
@@ -380,13 +420,23 @@ def rebuild_implementation(graph: Graph, name: str, backend: str, factory: str |
 
 
 class _Session:
+    """The worker's state: the ``Bench`` of every implementation set up for the current graph (at most
+    ``HELD_BENCHES``), so measurers taking turns on one worker (the interleaved rounds between implementations)
+    switch with a setup that only selects; a setup for another graph drops the others' benches."""
+
     def __init__(self) -> None:
         self.bench: Any = None
+        self.held: dict[str, tuple[str, Any]] = {}  # setup request (as JSON) -> (its graph as JSON, its Bench)
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request.get("op")
         if op == "setup":
-            return self._setup(request)
+            key = json.dumps(request, sort_keys=True)
+            if key not in self.held:
+                return self._setup(request, key)
+            self.bench = self.held[key][1]
+            pin_threads(self.bench.threads)  # the measurer before may have timed with another thread count
+            return {"ok": True}
         if self.bench is None:
             return {"error": "worker not set up"}
         if op == "eager":
@@ -409,7 +459,13 @@ class _Session:
             return {"ok": True} if failure is None else {"measurement": failure.to_json()}
         return {"error": f"unknown request {op!r}"}
 
-    def _setup(self, request: dict[str, Any]) -> dict[str, Any]:
+    def _setup(self, request: dict[str, Any], key: str) -> dict[str, Any]:
+        self.bench = None
+        graph_json = json.dumps(request["graph"], sort_keys=True)
+        for other in [k for k, (g, _) in self.held.items() if g != graph_json]:
+            del self.held[other]  # another graph's inputs and references (device memory on a GPU) go
+        while len(self.held) >= HELD_BENCHES:
+            del self.held[next(iter(self.held))]
         try:
             sys.path.extend(p for p in request.get("sys_path", ()) if p not in sys.path)
             policy = TimingPolicy.from_json(request["policy"])
@@ -425,6 +481,7 @@ class _Session:
         except Exception as exc:  # reported to the parent, which raises it as a KernelgenError
             self.bench = None
             return {"error": f"{type(exc).__name__}: {exc}"}
+        self.held[key] = (graph_json, self.bench)
         return {"ok": True}
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import typer
 
-from kernelgen.cli.tune_model import model_specs, model_table
+from kernelgen.cli.tune_model import CAPTURE_TIMEOUT_HELP, model_specs, model_table
 from kernelgen.errors import KernelgenError
+from kernelgen.tune.model_spec import CAPTURE_TIMEOUT
 
 
-def show_model(model: str, mode: str, db: str | None, as_json: bool) -> None:
+def show_model(model: str, mode: str, db: str | None, as_json: bool,
+               capture_timeout: float = CAPTURE_TIMEOUT) -> None:
     """``kernelgen report --model``: the model's regions and the records that serve them, as a table or JSON."""
     import json
 
@@ -18,7 +20,7 @@ def show_model(model: str, mode: str, db: str | None, as_json: bool) -> None:
     from kernelgen.db import open_db
     from kernelgen.tune.model_report import model_report
 
-    spec = model_specs(None, model, mode)[0]
+    spec = model_specs(None, model, mode, capture_timeout)[0]
     with open_db(db) as database:
         summary = model_report(spec, database)
     if as_json:
@@ -44,12 +46,14 @@ def register(app: typer.Typer) -> None:
                                   "inputs)): its regions, their share of the step, what runs, speedup over ATen."),
         mode: str = typer.Option("infer", "--mode", help="With --model: infer or train."),
         as_json: bool = typer.Option(False, "--json", help="With --model: print JSON instead of a table."),
+        capture_timeout: float = typer.Option(CAPTURE_TIMEOUT, "--capture-timeout", help="With --model: "
+                                              + CAPTURE_TIMEOUT_HELP),
     ) -> None:
         """Write an offline HTML report: per workload, every trial and the best so far, the ★ dispatch runs, the
         parameters' effect, the finalists beside eager and torch.compile, failures, device and toolchain. With
         --model, print what the database does for that model on this machine (profiled now) instead."""
         if model is not None:
-            show_model(model, mode, db, as_json)
+            show_model(model, mode, db, as_json, capture_timeout)
             return
         # deferred: SQLAlchemy (the database) and plotly (the figures), which only this command needs
         from kernelgen.db import open_db

@@ -2,7 +2,8 @@
 manifest (or one model named on the command line), with live progress and a result table.
 
 The manifest and the budgets are validated completely before the database is opened, so bad input never
-touches it. Exit status 0 when every workload (every problem size) has a result, 1 otherwise.
+touches it. Exit status 0 when every workload (every problem size) has a result, 1 otherwise; a database that fails
+mid-run (turned read-only, unreachable) ends the run there in one line, its committed records kept.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kernelgen import logs
-from kernelgen.errors import KernelgenError
+from kernelgen.errors import DatabaseError, KernelgenError
 from kernelgen.report.units import fmt_time
-from kernelgen.cli.tune_model import model_specs, model_table, tune_one_model
+from kernelgen.cli.tune_model import CAPTURE_TIMEOUT_HELP, model_specs, model_table, stopped, tune_one_model
 from kernelgen.tune.manifest import load_manifest
+from kernelgen.tune.model_spec import CAPTURE_TIMEOUT
 from kernelgen.tune.preflight import check_budget
 
 
@@ -54,6 +56,7 @@ def register(app: typer.Typer) -> None:
         workers: int = typer.Option(1, "--workers", help="Local worker processes sharing one study."),
         patience: int = typer.Option(None, "--patience", help="Stop after this many trials without a new best."),
         timeout: float = typer.Option(60.0, "--timeout", help="Seconds one candidate may run before it is killed."),
+        capture_timeout: float = typer.Option(CAPTURE_TIMEOUT, "--capture-timeout", help=CAPTURE_TIMEOUT_HELP),
         seed: int = typer.Option(None, "--seed", help="Sampler seed (reproducible searches)."),
         retune: bool = typer.Option(False, "--retune", help="Continue workloads that are already tuned."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of tables."),
@@ -70,7 +73,7 @@ def register(app: typer.Typer) -> None:
                                  "(kernelgen tune --model pkg.module:make)")
         # every manifest error surfaces here, before the DB is opened
         workloads = load_manifest(manifest) if manifest is not None else []
-        models = model_specs(manifest, model, mode)
+        models = model_specs(manifest, model, mode, capture_timeout)
 
         from kernelgen.db import open_db  # deferred: SQLAlchemy, which only tuning needs
 
@@ -133,6 +136,8 @@ def _tune_one(workload: Any, db: Any, progress: Progress, options: dict[str, Any
     entry: dict[str, Any] = {"name": workload.name, "function": workload.function, "results": [], "error": None}
     try:
         results = tune_workload(workload, db=db, on_trial=on_trial, **options)
+    except DatabaseError as exc:
+        raise stopped(exc, f"workload {workload.name}") from None
     except KernelgenError as exc:
         entry["error"] = str(exc)
         entry["ok"] = False

@@ -1,7 +1,10 @@
 """Turn a database URL into a configured SQLAlchemy engine, and driver errors into one-line DatabaseErrors.
 
 SQLite gets WAL, a busy timeout and ``BEGIN IMMEDIATE`` for write transactions so several processes can
-write one file at once; PostgreSQL gets a short connect timeout so an unreachable server fails fast.
+write one file at once; PostgreSQL gets a short connect timeout so an unreachable server fails fast, and a
+small, bounded pool: a team of tuners shares one server's ``max_connections`` (100 by default), so every
+process holds at most ``MAX_CONNECTIONS`` connections to its database (``TUNING_POOL`` and ``OPTUNA_POOL``), and
+a server that refuses one more is a one-line ``TooManyConnectionsError`` naming its limit and the fix.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import sqlite3
 import time
 import urllib.parse
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 try:
@@ -24,13 +28,24 @@ from sqlalchemy import event, exc as sa_exc
 from sqlalchemy.engine import URL, Connection, Engine, create_engine, make_url
 from sqlalchemy.pool import StaticPool
 
-from kernelgen.errors import DatabaseError, ReadOnlyDatabaseError
+from kernelgen.errors import DatabaseError, ReadOnlyDatabaseError, TooManyConnectionsError
 
 CONNECT_TIMEOUT_S = 5  # fail fast on an unreachable server
+# Connections to a server database, per engine and process: (pool_size: kept open between uses, max_overflow:
+# opened at a peak and closed after). SQLAlchemy's default, 5 + 10 per engine, and an engine per Optuna study
+# had one `kernelgen tune` hold 15-20 connections and a model's 32: five tuners filled a default server.
+TUNING_POOL = (2, 1)  # the tuning database: a model's region claim and a confirmation lock, held across a commit
+TEAM_POOL = (1, 1)  # a read-only team database: reads only
+OPTUNA_POOL = (1, 1)  # Optuna's storage of the tuning database (kernelgen.tune.search): opening it takes two at once
+MAX_CONNECTIONS = sum(TUNING_POOL) + sum(OPTUNA_POOL)  # what one tuner process holds to its database, at most
+POOL_TIMEOUT_S = 120  # a thread waits this long for a connection another thread of the process returns
 SQLITE_BUSY_TIMEOUT_MS = 60_000  # writers queue behind each other instead of failing with "locked"
 _WRITE_OPTION = "kernelgen_write"
 _SINGLE_READ_OPTION = "kernelgen_single_read"
 _URL_EXAMPLES = "e.g. sqlite:////home/me/tuning.sqlite or postgresql+psycopg://user@host:5432/dbname"
+# What a server says when it has no connection slot left (PostgreSQL; the second once only reserved slots are left).
+_FULL_SERVER = ("too many clients", "remaining connection slots are reserved", "too many connections")
+_SERVER_LIMITS: dict[tuple[str, int], int] = {}  # (host, port) -> its max_connections, read on the first connection
 
 
 def _mask(raw: str) -> str:
@@ -127,6 +142,8 @@ def make_engine(url: URL, *, read_only: bool) -> Engine:
             given = url.query.get("options", "")
             given = " ".join(given) if isinstance(given, tuple) else given  # keep e.g. -csearch_path=team
             connect_args["options"] = f"{given} -c default_transaction_read_only=on".strip()
+    if backend != "sqlite":  # a server: its connections are shared with every other process using it
+        kwargs.update(pool_options(TEAM_POOL if read_only else TUNING_POOL))
     try:
         engine = create_engine(url, connect_args=connect_args, **kwargs)
     except (sa_exc.NoSuchModuleError, ModuleNotFoundError, ImportError) as err:
@@ -136,7 +153,33 @@ def make_engine(url: URL, *, read_only: bool) -> Engine:
         raise DatabaseError(f"bad database URL {shown(url)} ({err}): use {_URL_EXAMPLES}") from None
     if backend == "sqlite":
         _configure_sqlite(engine, memory=sqlite_path(url) is None, read_only=read_only)
+    elif backend == "postgresql":
+        event.listen(engine, "connect", partial(_remember_limit, _server(url)), once=True)
     return engine
+
+
+def pool_options(bound: tuple[int, int]) -> dict[str, int]:
+    """``create_engine`` arguments of a server pool of ``bound`` (pool_size, max_overflow): see ``TUNING_POOL``."""
+    return {"pool_size": bound[0], "max_overflow": bound[1], "pool_timeout": POOL_TIMEOUT_S}
+
+
+def _server(url: URL) -> tuple[str, int]:
+    return (url.host or "localhost").lower(), url.port or 5432
+
+
+def _remember_limit(server: tuple[str, int], dbapi_conn, _record) -> None:
+    """Read the server's max_connections on a process's first connection to it: once every slot is taken, the
+    error can still name the limit (no connection is left to ask then)."""
+    if server in _SERVER_LIMITS:
+        return
+    try:
+        cursor = dbapi_conn.cursor()
+        cursor.execute("SHOW max_connections")
+        _SERVER_LIMITS[server] = int(cursor.fetchone()[0])
+        cursor.close()
+        dbapi_conn.rollback()  # leave no transaction open: a lock's connection switches to autocommit
+    except Exception:  # noqa: BLE001  (only a message is at stake)
+        pass
 
 
 def _is_wal(path: Path) -> bool:
@@ -292,7 +335,7 @@ def transaction(engine: Engine, url: URL, *, write: bool, read_only: bool,
                 conn.execution_options(**{_SINGLE_READ_OPTION: True})
             with conn.begin():
                 yield conn
-    except sa_exc.DBAPIError as err:
+    except (sa_exc.DBAPIError, sa_exc.TimeoutError) as err:
         raise translate(err, url) from None
 
 
@@ -338,8 +381,13 @@ def flock_file(path: str, mode: int, wait: bool = True) -> Iterator[bool]:
         os.close(fd)  # closing releases the lock
 
 
-def translate(err: sa_exc.DBAPIError, url: URL) -> DatabaseError:
-    """A one-line DatabaseError for a driver error, naming the URL and what to check."""
+def translate(err: "sa_exc.DBAPIError | sa_exc.TimeoutError", url: URL) -> DatabaseError:
+    """A one-line DatabaseError for a driver error (or a pool with no free connection), naming the URL and what
+    to check."""
+    if isinstance(err, sa_exc.TimeoutError):  # every connection of the bounded pool stayed busy
+        return DatabaseError(f"no connection to {shown(url)} came free in this process for {POOL_TIMEOUT_S} s "
+                             f"(it holds at most {MAX_CONNECTIONS}): another thread holds them; retry, and report it "
+                             "if it repeats")
     detail = str(getattr(err, "orig", None) or err).strip().splitlines()
     first = detail[0] if detail else type(err).__name__
     for line in detail[1:]:  # psycopg puts the useful part ("Connection refused") on a later line
@@ -348,6 +396,9 @@ def translate(err: sa_exc.DBAPIError, url: URL) -> DatabaseError:
             break
     text = first.lower()
     where = shown(url)
+    said = next((line for line in detail if any(marker in line.lower() for marker in _FULL_SERVER)), None)
+    if said is not None:  # the server's own words, without the driver's preamble
+        return _full_server(url, said.rsplit("FATAL:", 1)[-1])
     if "read-only" in text or "readonly" in text or "query_only" in text:
         return ReadOnlyDatabaseError(f"{where} refused a write ({first}): it is read-only; write to your "
                                      "local database instead")
@@ -361,3 +412,26 @@ def translate(err: sa_exc.DBAPIError, url: URL) -> DatabaseError:
         return DatabaseError(f"{where} stayed locked for {SQLITE_BUSY_TIMEOUT_MS // 1000} s ({first}): "
                              "another process holds a long write; retry when it is done")
     return DatabaseError(f"database error on {where}: {first}")
+
+
+def _full_server(url: URL, said: str) -> TooManyConnectionsError:
+    limit = _SERVER_LIMITS.get(_server(url))
+    limit_text = f"max_connections = {limit}" if limit is not None else "max_connections (`SHOW max_connections`)"
+    return TooManyConnectionsError(
+        f"the database server of {shown(url)} has no connection left ({said.strip()}): every slot of its "
+        f"{limit_text} is taken. Each kernelgen process holds at most {MAX_CONNECTIONS} connections to it: raise "
+        "max_connections in the server's postgresql.conf (and restart it), or run fewer tuners at once, then "
+        "rerun; nothing was judged by this failure")
+
+
+def database_error(exc: BaseException, url: URL) -> DatabaseError | None:
+    """The one-line DatabaseError for a driver error raised inside another library (Optuna, which wraps some in
+    its own exceptions), found in ``exc`` or its causes; None when ``exc`` is not the database's."""
+    seen: BaseException | None = exc
+    visited: set[int] = set()  # a chain of causes set by hand may loop
+    while seen is not None and id(seen) not in visited:
+        if isinstance(seen, (sa_exc.DBAPIError, sa_exc.TimeoutError)):
+            return translate(seen, url)
+        visited.add(id(seen))
+        seen = seen.__cause__ or seen.__context__
+    return None

@@ -1,5 +1,6 @@
 """Clean-ups of an ATen graph before partitioning: drop dtype conversions that convert nothing, and copies
-(``clone``) whose result nobody could tell from their input.
+(``clone``) whose result nobody could tell from their input; run the remaining conversions as ATen's C++ op rather
+than as a prim; compute sequences made from no tensor (``iota``/``arange``) once, when the graph is compiled.
 
 Why: Inductor's decompositions upcast for accuracy (``convert_element_type(x, float32)`` around batch norm's
 running statistics, around reductions), which for float32 inputs is a no-op that still runs: a prims op
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernelgen.frontend.fx_nodes import op_packet
+from kernelgen.frontend.fx_nodes import VIEW_OPS, op_packet
 
 _CONVERSIONS = frozenset({"convert_element_type", "_to_copy", "clone"})
 _SAME_LAYOUT_KWARGS = frozenset({"dtype", "device", "layout", "memory_format"})  # none changes an equal layout
@@ -47,10 +48,94 @@ def drop_noop_conversions(gm: Any) -> int:
         node.replace_all_uses_with(source)
         gm.graph.erase_node(node)
         dropped += 1
-    if dropped:
+    return _recompiled(gm, dropped)
+
+
+def aten_conversions(gm: Any) -> int:
+    """Replace every ``prims.convert_element_type(x, dtype)`` by ``aten._to_copy(x, dtype=dtype)`` (the same
+    values: a conversion rounds to nearest either way); returns how many. Why: the prim runs as torch's Python
+    reference wherever it is not inside a region (a region that runs its ATen ops, eager's replay of a region whose
+    kernel failed): ~325 us a call on an H200, where ``_to_copy`` is one C++ kernel. Regions lower both alike."""
+    import torch
+
+    prim = torch.ops.prims.convert_element_type.default
+    swapped = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not prim:
+            continue
+        source, dtype = node.args
+        with gm.graph.inserting_before(node):
+            _replace(node, gm.graph.call_function(torch.ops.aten._to_copy.default, (source,), {"dtype": dtype}))
+        swapped += 1
+    return _recompiled(gm, swapped)
+
+
+# Ops whose value is fixed by their arguments alone (no tensor input, no randomness, defined contents) and that
+# no region can fold in as a literal. (``full``, ``scalar_tensor``, ``zeros`` and ``ones`` are such literals:
+# ``kernelgen.frontend.fx_nodes.CONSTANT_OPS``; a region computes them for free, where a buffer would be read.)
+_SEQUENCE_OPS = frozenset({"iota", "arange"})
+
+
+def fold_constants(gm: Any) -> int:
+    """Compute each sequence made from no tensor input (position ids, a causal mask's ``iota``/``arange``) once,
+    now, and let the graph read it as a buffer; returns how many. Why: each ran every step (~250 us a call
+    through the prim's Python on an H200) for a value that never changes. Kept: a node with a symbolic size (its
+    value depends on the call), and one the graph returns (directly or through views: the caller could write into
+    it, and the next call would read that)."""
+    import torch
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    folded = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or op_packet(node) not in _SEQUENCE_OPS or _has_node_or_symbol(node) \
+                or _reaches_output(node):
+            continue
+        with unset_fake_temporarily():
+            value = node.target(*node.args, **node.kwargs)
+        if type(value) is not torch.Tensor:  # noqa: E721 - a subclass (fake, functional) is no value to keep
+            continue
+        name = f"_kernelgen_constant_{folded}"
+        while hasattr(gm, name):
+            name += "_"
+        gm.register_buffer(name, value, persistent=False)
+        with gm.graph.inserting_before(node):
+            _replace(node, gm.graph.get_attr(name))
+        folded += 1
+    return _recompiled(gm, folded)
+
+
+def _replace(node: Any, new: Any) -> None:
+    """``new`` in ``node``'s place: its meta (the value it stands for) and its users; ``node`` erased."""
+    new.meta = dict(node.meta)
+    node.replace_all_uses_with(new)
+    node.graph.erase_node(node)
+
+
+def _recompiled(gm: Any, changes: int) -> int:
+    if changes:
         gm.graph.lint()
         gm.recompile()
-    return dropped
+    return changes
+
+
+def _has_node_or_symbol(node: Any) -> bool:
+    import torch
+
+    found = []
+
+    def visit(a: Any) -> Any:
+        if isinstance(a, (torch.fx.Node, torch.SymInt, torch.SymFloat, torch.SymBool)):
+            found.append(a)
+        return a
+
+    torch.fx.node.map_aggregate((node.args, node.kwargs), visit)
+    return bool(found)
+
+
+def _reaches_output(node: Any) -> bool:
+    """Whether ``node``'s tensor, or a view of it, is a graph output."""
+    return any(u.op == "output" or (u.op == "call_function" and op_packet(u) in VIEW_OPS and _reaches_output(u))
+               for u in node.users)
 
 
 def _writes(node: Any) -> bool:
@@ -63,4 +148,4 @@ def _mutated(node: Any) -> bool:
     return any(_writes(u) for u in node.users)
 
 
-__all__ = ["drop_noop_conversions"]
+__all__ = ["aten_conversions", "drop_noop_conversions", "fold_constants"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernelgen.frontend.fx_nodes import op_name
+
 
 # Training batch norm (what AOTAutograd makes of ``nn.BatchNorm*`` in train mode: the functional forward that also
 # returns the updated running statistics, and its backward), kept whole so that eager's fused CPU kernels run it.
@@ -28,13 +30,14 @@ def decompositions() -> dict:
     backward decomposed with it gives wrong gradients (errors of ~4 against eager; Inductor's table and no
     table are exact), and Inductor's table is the one torch keeps correct for whole models. It keeps
     ``_softmax``, ``gelu`` and the GEMMs whole (one lowering rule each) and decomposes the ``*_backward``
-    ops into the pointwise ops and reductions the partitioner groups; pooling and training batch norm stay whole
+    ops into the pointwise ops and reductions the partitioner groups; pooling, layer norm's forward and training
+    batch norm stay whole
     (``_keep_whole``, ``_TRAINING_FLAG``)."""
     from torch._inductor.decomposition import select_decomp_table
 
     table = {}
     for op, fn in select_decomp_table().items():
-        name = _name(op)
+        name = op_name(op)
         if _keep_whole(name):
             continue
         table[op] = _unless_training(fn, _TRAINING_FLAG[name]) if name in _TRAINING_FLAG else fn
@@ -43,23 +46,24 @@ def decompositions() -> dict:
 
 def kept_whole(target: Any) -> str | None:
     """Why the backend left ATen op ``target`` whole for ATen to run, or None when it did not choose to."""
-    name = _name(target)
+    name = op_name(target)
     if name in _TRAINING_FLAG:
         return "training batch norm: eager's fused kernel runs it (kernelgen.frontend.decompositions)"
     return None
 
 
-def _name(op: Any) -> str:
-    return getattr(getattr(op, "_schema", None), "name", "")  # without the overload (``.no_stats`` is one)
-
-
 def _keep_whole(name: str) -> bool:
-    """Ops kept whole rather than decomposed: pooling, which the window template runs as one reduce-window op
-    (``kernelgen.lowering.windows``). Inductor's rules for it emit Inductor-only prims
-    (``_low_memory_max_pool_with_offsets``) plus index arithmetic that then runs op by op (a small CNN's forward:
-    56 ATen launches instead of 11, 0.51x eager) and need ``torch._inductor.lowering`` imported, which a process
-    where Inductor never ran lacks."""
-    return name.startswith("aten::") and "pool" in name
+    """Ops kept whole rather than decomposed:
+
+    - pooling, which the window template runs as one reduce-window op (``kernelgen.lowering.windows``). Inductor's
+      rules for it emit Inductor-only prims (``_low_memory_max_pool_with_offsets``) plus index arithmetic that then
+      runs op by op (a small CNN's forward: 56 ATen launches instead of 11, 0.51x eager) and need
+      ``torch._inductor.lowering`` imported, which a process where Inductor never ran lacks;
+    - layer norm's forward, which its own lowering rule writes out with eager's overflow behaviour (rows of
+      +-FLT_MAX are NaN, ``kernelgen.lowering.reduction.overflow_is_nan``). Decomposed, it is a ``var_mean`` that
+      cannot tell a layer norm from a plain variance (whose eager result stays finite there), and it gave 0.0 where
+      eager gives NaN. Its backward is still decomposed."""
+    return name.startswith("aten::") and "pool" in name or name == "aten::native_layer_norm"
 
 
 def _unless_training(decompose: Any, flag: tuple[int, str] | None) -> Any:

@@ -5,7 +5,9 @@ The backend is registered under the name ``kernelgen`` through the ``torch_dynam
 (and by ``register()``). Options are ``kernelgen.compile``'s keywords, applied to every region:
 ``torch.compile(m, backend="kernelgen", options={"backend": "triton", "tune": "auto", "trials": 20})``
 (``backend``: ``auto`` (by the inputs' device), ``cpp`` or ``triton``; ``tune``, ``db``, ``team_db``,
-``trials``, ``seconds`` as in ``kernelgen.compile``).
+``trials``, ``seconds`` as in ``kernelgen.compile``). ``cudagraphs`` (``options={"cudagraphs": True}``, or
+``mode="reduce-overhead"``) is the graph's own: each compiled graph runs through CUDA graph trees after its first
+call, where capture is safe (``kernelgen.frontend.cuda_graphs``; off by default).
 
 Coverage statistics for each compiled graph: ``stats()`` (every graph since ``reset_stats()``) or
 ``with collect() as graphs: ...`` (the graphs compiled inside the block).
@@ -23,10 +25,11 @@ from typing import Any
 
 from kernelgen.errors import KernelgenError
 from kernelgen.frontend.attention_pattern import fuse_written_attention
-from kernelgen.frontend.cleanup import drop_noop_conversions
+from kernelgen.frontend.cleanup import aten_conversions, drop_noop_conversions, fold_constants
 from kernelgen.frontend.decompositions import decompositions
-from kernelgen.frontend.fx_nodes import is_view
+from kernelgen.frontend.fx_nodes import is_symbolic, is_view
 from kernelgen.frontend.partition import folded, partition
+from kernelgen.frontend import cuda_graphs, region_op
 from kernelgen.frontend.region_op import install
 from kernelgen.frontend.sink_views import sink_views
 from kernelgen.runtime import memory, threads
@@ -34,6 +37,7 @@ from kernelgen.runtime import memory, threads
 log = logging.getLogger("kernelgen")
 NAME = "kernelgen"
 OPTIONS = ("backend", "tune", "db", "team_db", "trials", "seconds")  # kernelgen.compile's keywords
+GRAPH_OPTIONS = ("cudagraphs",)  # the compiled graph's own options, not the regions'
 _STATS: list["GraphStats"] = []
 _COLLECTORS: list[list["GraphStats"]] = []
 _LOCK = threading.Lock()
@@ -56,6 +60,7 @@ class GraphStats:
     left: dict[str, str] = field(default_factory=dict)
     runs: dict[str, int] = field(default_factory=dict)
     keys: list[str] = field(default_factory=list)  # its regions (``region_op.kernel_of``), in graph order
+    plain: Any = field(default=None, repr=False)  # the graph without its regions (``plain_when_every_region_fails``)
 
     @property
     def coverage(self) -> float:
@@ -99,6 +104,8 @@ def compile_graph(gm: Any, name: str = "graph", options: dict | None = None, dir
     import operator
 
     drop_noop_conversions(gm)  # float32 -> float32 upcasts of the decompositions: no op, no region needed
+    aten_conversions(gm)  # the others as ATen's C++ op: a prim left to ATen runs torch's Python reference
+    fold_constants(gm)  # position ids, a causal mask's iota: computed once, not every step
     sink_views(gm)  # a Linear's epilogue on [B, T, N] then reads the GEMM's [B*T, N] output directly
     fuse_written_attention(gm)  # softmax(q @ kᵀ * c [+ mask]) @ v as the flash op: one attention region
     found = partition(gm)
@@ -119,6 +126,8 @@ def compile_graph(gm: Any, name: str = "graph", options: dict | None = None, dir
         record.fused_ops += sum(1 for n in region.nodes if n.target is not operator.getitem)
         record.templates[region.template] += 1
     record.regions = len(found.regions)
+    # the graph as ATen ops alone, cleaned up: what runs if no region's kernel can (plain_when_every_region_fails)
+    record.plain = _plain_copy(gm) if found.regions and not _symbolic(gm) else None
     record.keys = install(gm, found.regions, options, record.runs, direct)
     for reason in sorted(set(record.left.values())):
         log.info("kernelgen %s graph: ATen runs ops because %s", name, reason)
@@ -129,25 +138,78 @@ def compile_graph(gm: Any, name: str = "graph", options: dict | None = None, dir
     return record
 
 
+def plain_when_every_region_fails(gm: Any, record: GraphStats) -> Any:
+    """``gm``'s forward, which after its first call becomes the graph as plain ATen ops (``record.plain``) when
+    every region of it replayed its ATen ops because no kernel could run there (each candidate failed its check,
+    or the backend refused the inputs): a region that replays costs a call and a sub-graph's interpretation
+    beyond its ops (~10 us a region on a CPU; ~50 regions in a GPT-2 step), so a graph of failed regions cost
+    more than eager. One flag read per call after the first. Static graphs only (``record.plain`` is None for a
+    dynamic one: another size may pass its checks)."""
+    forward = gm.forward
+    if record.plain is None:
+        return forward
+    chosen: list[Any] = []
+
+    def run(*args: Any) -> Any:
+        if chosen:
+            return chosen[0](*args)
+        out = forward(*args)
+        kernels = [region_op.kernel_of(key) for key in record.keys]
+        if kernels and all(k.failed is not None or k.impl == "eager" for k in kernels):
+            log.warning("kernelgen %s graph: none of its %d regions could run a kernel here (see the warnings "
+                        "above); it runs as plain ATen ops from now on", record.name, len(kernels))
+            chosen.append(record.plain.forward)
+        else:
+            chosen.append(forward)
+        return out
+
+    return run
+
+
+def _plain_copy(gm: Any) -> Any:
+    """A GraphModule running ``gm``'s graph as it is now, sharing its attributes. Not ``copy.deepcopy``: that copies
+    each node's fake tensor (``meta['val']``), which a model's graph refuses (a fake tensor's storage set across
+    devices); the copy's nodes share the meta instead."""
+    import torch.fx
+
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    return torch.fx.GraphModule(gm, graph)
+
+
+def _symbolic(gm: Any) -> bool:
+    return any(is_symbolic(n.meta.get("val")) for n in gm.graph.nodes if n.op == "placeholder")
+
+
 def kernelgen_backend(gm: Any, example_inputs: list, options: dict | None = None, mode: str | None = None) -> Any:
     """The Dynamo backend: AOTAutograd with a forward and a backward compiler that partition each graph.
-    ``options`` (from ``torch.compile(..., options=...)``): ``kernelgen.compile``'s keywords (see the module)."""
+    ``options`` (from ``torch.compile(..., options=...)``): ``kernelgen.compile``'s keywords and ``cudagraphs``
+    (see the module); ``mode``: ``default`` or ``reduce-overhead`` (``cudagraphs``)."""
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
+    from torch._inductor.utils import count_tangents, num_fw_fixed_arguments
 
     options = dict(options or {})
     threads.start()  # kernels follow the machine's load from now on (kernelgen.runtime.threads)
     memory.keep_freed_memory()  # no page faults on every step's activations (kernelgen.runtime.memory)
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown or mode not in (None, "default"):
+    unknown = sorted(set(options) - set(OPTIONS) - set(GRAPH_OPTIONS))
+    if unknown or (mode is not None and mode not in cuda_graphs.MODES):
         raise KernelgenError(f"kernelgen backend options {unknown} / mode={mode!r} are not understood; "
-                             f"options are {', '.join(OPTIONS)} (kernelgen.compile's keywords)")
+                             f"options are {', '.join(OPTIONS + GRAPH_OPTIONS)} (kernelgen.compile's keywords and "
+                             f"the graph's), modes {', '.join(cuda_graphs.MODES)}")
+    capture = bool(options.pop("cudagraphs", False)) or cuda_graphs.MODES.get(mode or "default", False)
+    step = cuda_graphs.Step()  # this Dynamo graph's forward and backward
 
     def compiler(name: str) -> Any:
         def compile_one(graph_module: Any, inputs: list) -> Any:
-            compile_graph(graph_module, name, options, direct=True)
+            record = compile_graph(graph_module, name, options, direct=True)
             # its ATen ops take as few threads as its kernels while other processes load the CPUs
-            return make_boxed_func(threads.following_load(graph_module.forward))
+            run = make_boxed_func(threads.following_load(plain_when_every_region_fails(graph_module, record)))
+            if not capture:
+                return run
+            fixed = count_tangents(graph_module) if name == "backward" else \
+                num_fw_fixed_arguments(len(example_inputs), len(inputs))
+            return cuda_graphs.wrap(run, graph_module, fixed, name, step)
 
         return compile_one
 
@@ -164,5 +226,5 @@ def register() -> None:
         register_backend(name=NAME)(kernelgen_backend)
 
 
-__all__ = ["GraphStats", "NAME", "OPTIONS", "collect", "compile_graph", "kernelgen_backend", "register",
+__all__ = ["GRAPH_OPTIONS", "GraphStats", "NAME", "OPTIONS", "collect", "compile_graph", "kernelgen_backend", "register",
            "reset_stats", "stats"]

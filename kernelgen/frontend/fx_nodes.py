@@ -53,6 +53,12 @@ def op_packet(node: Any) -> str:
     return getattr(getattr(target, "overloadpacket", None), "__name__", getattr(target, "__name__", str(target)))
 
 
+def op_name(target: Any) -> str:
+    """An ATen overload's schema name without the overload (``aten::add`` for ``aten.add.Tensor``; the table keys
+    of ``kernelgen.runtime.aten.EAGER_FIRST`` and ``kernelgen.frontend.decompositions``), else ``""``."""
+    return getattr(getattr(target, "_schema", None), "name", "")
+
+
 # ATen ops that make a tensor of one repeated value from Python numbers alone (no tensor input): what a region
 # reading them folds in as a literal (``kernelgen.frontend.partition``).
 CONSTANT_OPS = frozenset({"full", "scalar_tensor", "zeros", "ones"})
@@ -79,4 +85,4 @@ def is_view(node: Any) -> bool:
     return node.op == "call_function" and op_packet(node) in VIEW_OPS
 
 
-__all__ = ["CONSTANT_OPS", "VIEW_OPS", "constant_value", "is_constant", "is_symbolic", "is_view", "op_packet", "spec_of"]
+__all__ = ["CONSTANT_OPS", "VIEW_OPS", "constant_value", "is_constant", "is_symbolic", "is_view", "op_name", "op_packet", "spec_of"]

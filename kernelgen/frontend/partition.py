@@ -25,7 +25,7 @@ from kernelgen.frontend.decompositions import kept_whole
 from kernelgen.frontend.fx_nodes import is_constant, is_view, spec_of
 from kernelgen.ir.graph import Graph, GraphBuilder, NodeRef, prune
 from kernelgen.ir.values import TensorSpec
-from kernelgen.lowering.lower import lower
+from kernelgen.lowering.lower import lower, refusal
 from kernelgen.templates import match
 from kernelgen.templates.indexing import input_view
 
@@ -98,6 +98,9 @@ def lower_region(members: list[Any], seen: Any = None, fresh: Any = (), fold: bo
         return env[arg]
 
     for node in members:
+        reason = refusal(node.target) if node.op == "call_function" else None
+        if reason is not None:
+            raise UnsupportedOpError(reason)
         _refuse_arguments(node)
         args = torch.fx.node.map_arg(node.args, value)
         kwargs = torch.fx.node.map_arg(node.kwargs, value)

@@ -22,11 +22,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from kernelgen.errors import KernelgenError
-from kernelgen.frontend.fx_nodes import constant_value, is_symbolic, is_view, spec_of
+from kernelgen.frontend.fx_nodes import constant_value, is_symbolic, is_view, op_name, spec_of
 from kernelgen.frontend.patterns import aten_graph_of
 from kernelgen.registry import add_pattern_tracer
 from kernelgen.runtime.aten import NAME as ATEN
-from kernelgen.runtime.aten import aten_first
+from kernelgen.runtime.aten import aten_first, remember_program
+from kernelgen.runtime.aten_program import encode
 from kernelgen.runtime.compiled import CompiledFunction
 from kernelgen.runtime.entry import bind_torch
 from kernelgen.runtime.signature import KEYS, signature_key
@@ -63,10 +64,13 @@ class RegionKernel:
         # every size of them (a shape family); other symbolic dims compile per size, bounded by max_variants.
         # (it is a region already: partition=False, its fallback is its ATen nodes; untuned, a region too small
         # to win runs them too: kernelgen.runtime.aten.aten_first)
-        ops = sum(1 for n in gm.graph.nodes if n.op == "call_function" and n.target is not operator.getitem
-                  and not is_view(n))
+        ops = [op_name(n.target) for n in gm.graph.nodes if n.op == "call_function" and n.target is not operator.getitem
+               and not is_view(n)]
         self.compiled = CompiledFunction(gm, **self.options, **({} if dynamic is None else {"dynamic": dynamic}),
                                          partition=False, aten_first=aten_first(graph, ops))
+        # The ATen candidate of this region's workload runs these very ops when it is measured (not the IR's
+        # primitives: ``kernelgen.runtime.aten_program``); the dispatch graph's key is added on the first call.
+        remember_program(graph.workload_key, lambda: encode(gm))
         self.impl: str | None = None  # what ran on the first call: a template/custom call name, "aten" or "eager"
         self.failed: str | None = None
         self._fast: tuple | None = None  # set after the first call (``_shortcut``)
@@ -112,6 +116,8 @@ class RegionKernel:
                 outs = self.compiled(*inputs)
                 if self.impl is None:
                     self.impl = self.compiled.explain(*inputs)["implementation"]
+                    for choice in self.compiled.choices():
+                        remember_program(choice["graph"].workload_key, lambda: encode(self.gm))
                 self._count({"eager": "eager", ATEN: "aten"}.get(self.impl, "kernel"))
                 return tuple(outs) if isinstance(outs, (tuple, list)) else (outs,)
             except KernelgenError as exc:  # e.g. inputs on a device the chosen backend cannot take
@@ -175,6 +181,37 @@ def observe(observer: Any) -> Iterator[None]:
         yield
     finally:
         _OBSERVERS.remove(observer)
+
+
+class AtenReplay:
+    """A region's own ATen nodes as a run (what a model's whole-step check times as the ``aten`` variant)."""
+
+    def __init__(self, kernel: RegionKernel) -> None:
+        self.kernel = kernel
+
+    def run(self, inputs: list) -> list:
+        import torch
+
+        if torch.is_grad_enabled():  # (as a region runs: AOTAutograd's graphs already run without grad)
+            with torch.no_grad():
+                return list(self.kernel.gm(*inputs))
+        return list(self.kernel.gm(*inputs))
+
+
+@contextlib.contextmanager
+def substituted(runs: dict[str, Any]) -> Iterator[None]:
+    """``with substituted({key: run}):`` the regions under those keys call ``run(inputs)`` instead of their own
+    dispatch in the block (a model's whole-step check times a region's variants inside the real step this way;
+    the compiled graphs call ``RegionKernel.run``, so the instance's attribute takes over without a check on
+    the hot path)."""
+    kernels = [(_REGIONS[key], run) for key, run in runs.items()]
+    for kernel, run in kernels:
+        kernel.run = run  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        for kernel, _ in kernels:
+            kernel.__dict__.pop("run", None)
 
 
 def register(kernel: RegionKernel) -> str:
@@ -336,4 +373,5 @@ def _subgraph(gm: Any, region: Any) -> Any:
     return torch.fx.GraphModule(gm, graph)
 
 
-__all__ = ["RegionKernel", "install", "kernel_of", "observe", "region_op", "register", "run_region"]
+__all__ = ["AtenReplay", "RegionKernel", "install", "kernel_of", "observe", "region_op", "register", "run_region",
+           "substituted"]

@@ -24,6 +24,23 @@ def _compute_dtype(torch: Any, dtype: Any) -> Any:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
+def _exact_dtype(torch: Any, dtype: Any) -> Any:
+    return torch.float64 if dtype.is_floating_point else dtype
+
+
+# How ``evaluate`` computes float values (``kernelgen.check.compare.judge`` holds a kernel to the first two):
+# - "ir": the IR's semantics, what kernels compute: float16/bfloat16/float32 math in float32, rounded at casts and
+#   outputs (the default: the reference a kernel is compared with);
+# - "eager": how far eager's own computation in a low-precision dtype is from the exact values: the IR's semantics,
+#   plus the GEMM and attention results rounded to their dtype (eager's kernels write them in the inputs' dtype
+#   before anything reads them, where a kernel may keep them in float32). Every other node stays in float32:
+#   softmax, layer norm and the other ops a lowering writes out as several nodes compute in float32 inside eager's
+#   one kernel too, so rounding each of their nodes would credit eager with errors it does not make;
+# - "exact": every float node in float64, nothing rounded (the values a computation in any dtype approximates).
+PRECISIONS = ("ir", "eager", "exact")
+_ROUNDED_BY_EAGER = frozenset({"matmul", "attention"})
+
+
 def _const(value: Any) -> float:
     return {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}.get(value, value) if isinstance(value, str) else value
 
@@ -54,9 +71,15 @@ def _float_mask(torch: Any, args: list) -> Any:
     return mask.to(args[0].dtype)
 
 
-def evaluate(graph: Graph, inputs: Sequence[Any], custom_calls: Callable[[str], Callable[..., Any]] | None = None) -> list[Any]:
-    """The graph's outputs for torch tensors ``inputs`` (in argument order), computed eagerly."""
+def evaluate(graph: Graph, inputs: Sequence[Any], custom_calls: Callable[[str], Callable[..., Any]] | None = None,
+             precision: str = "ir") -> list[Any]:
+    """The graph's outputs for torch tensors ``inputs`` (in argument order), computed eagerly in ``precision``
+    (``PRECISIONS``; "exact" returns float outputs in float64)."""
     import torch
+
+    if precision not in PRECISIONS:
+        raise KernelgenError(f"reference precision {precision!r}; one of {', '.join(PRECISIONS)}")
+    compute = _exact_dtype if precision == "exact" else _compute_dtype
 
     ops = _ops(torch)
     values: list[Any] = []
@@ -72,27 +95,34 @@ def evaluate(graph: Graph, inputs: Sequence[Any], custom_calls: Callable[[str], 
                                           values[node.inputs[1]].to(getattr(torch, edges.dtype)),
                                           right=node.attr("right")).to(getattr(torch, node.spec.dtype)))
             continue
-        values.append(_eval_node(torch, ops, node, values, inputs, custom_calls, shapes))
-    return [values[i].to(getattr(torch, graph.nodes[i].spec.dtype)).reshape(graph.nodes[i].spec.shape)
+        value = _eval_node(torch, ops, node, values, inputs, custom_calls, shapes, compute)
+        if precision == "eager" and node.op in _ROUNDED_BY_EAGER and node.spec.dtype in ("float16", "bfloat16"):
+            value = value.to(getattr(torch, node.spec.dtype)).to(torch.float32)
+        values.append(value)
+    return [values[i].to(compute(torch, getattr(torch, graph.nodes[i].spec.dtype)) if precision == "exact" else
+                         getattr(torch, graph.nodes[i].spec.dtype)).reshape(graph.nodes[i].spec.shape)
             for i in graph.outputs]
 
 
 def _eval_node(torch: Any, ops: dict, node: Node, values: list, inputs: Sequence[Any],
-               custom_calls: Callable[[str], Callable[..., Any]] | None, input_shapes: Sequence[Any] = ()) -> Any:
+               custom_calls: Callable[[str], Callable[..., Any]] | None, input_shapes: Sequence[Any] = (),
+               compute: Callable[[Any, Any], Any] = _compute_dtype) -> Any:
     dtype = getattr(torch, node.spec.dtype)
     args = [values[i] for i in node.inputs]
     op = node.op
     if op == "input":
         t = inputs[node.attr("index")]
-        return t.to(_compute_dtype(torch, t.dtype))
+        return t.to(compute(torch, t.dtype))
     if op == "const":
         value = _const(node.attr("value"))
         if isinstance(value, int) and not isinstance(value, bool) and not dtype.is_floating_point and dtype != torch.bool:
             # eager wraps a Python int into the tensor's integer dtype (int8 x - 2**40 is x - 0): so does the IR
             return torch.tensor(value, dtype=torch.int64).to(dtype)
-        return torch.tensor(value, dtype=_compute_dtype(torch, dtype))
+        return torch.tensor(value, dtype=compute(torch, dtype))
     if op == "cast":
-        return args[0].to(dtype).to(_compute_dtype(torch, dtype))
+        if compute is _exact_dtype and dtype.is_floating_point and args[0].dtype.is_floating_point:
+            return args[0]  # exact values: a float cast rounds nothing
+        return args[0].to(dtype).to(compute(torch, dtype))
     if op == "gelu":
         return torch.nn.functional.gelu(args[0], approximate=node.attr("approximate", "none"))
     if op in ops:
@@ -141,8 +171,8 @@ def _eval_node(torch: Any, ops: dict, node: Node, values: list, inputs: Sequence
     if op == "unfold":
         return args[0].expand(input_shapes[0]).unfold(node.attr("dim"), node.attr("size"), node.attr("step"))
     if op in ("cumsum", "cumprod", "logcumsumexp"):  # eager's own scan in the node's dtype (its accumulator rules)
-        return getattr(torch, op)(args[0].expand(input_shapes[0]).to(dtype), node.attr("dim")).to(
-            _compute_dtype(torch, dtype))
+        return getattr(torch, op)(args[0].expand(input_shapes[0]).to(compute(torch, dtype) if compute is _exact_dtype
+                                                                       else dtype), node.attr("dim")).to(compute(torch, dtype))
     if op in ("window", "window_grad"):
         return _window(torch, node, args, input_shapes)
     if op in ("scatter", "index_put"):

@@ -25,6 +25,10 @@ _CPU_FEATURES_OF_INTEREST = (
     "avx512_fp16", "avx512_vnni", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8", "neon", "asimd", "sve",
 )
 
+# Where a target's kernels read and write tensors, by ``Target.kind``: torch calls ROCm's GPUs "cuda" too.
+# Anything not listed (the CPU, Triton's interpreter) takes CPU tensors.
+TENSOR_DEVICES: dict[str, str] = {"cuda": "cuda", "hip": "cuda"}
+
 # Resource limits of named GPU targets, used to prune configs without a GPU (ahead-of-time compile).
 # shared memory is the opt-in per-block maximum in bytes; registers are 32-bit per SM / per block.
 _GPU_TARGETS: dict[str, dict[str, Any]] = {
@@ -68,6 +72,11 @@ class Target:
         """Coarse identity for reuse across similar devices: backend, kind, architecture and ISA level."""
         level = _isa_level(self.features) if self.kind == "cpu" else ""
         return ":".join(x for x in (self.backend, self.kind, self.arch, level) if x)
+
+    @property
+    def tensor_device(self) -> str:
+        """The torch device type a kernel for this target takes its tensors on (``TENSOR_DEVICES``)."""
+        return TENSOR_DEVICES.get(self.kind, "cpu")
 
     @property
     def isa_level(self) -> str:

@@ -10,11 +10,13 @@ named after the overload packet. Where ATen's argument conventions differ from t
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from kernelgen.errors import UnsupportedOpError
 from kernelgen.ir.values import TensorSpec
-from kernelgen.lowering.rules import RULES, Handler, arg, cast_to, handles, is_node, operand, ref
+from kernelgen.lowering import reduction
+from kernelgen.lowering.rules import REFUSED, RULES, Handler, Refused, arg, cast_to, handles, is_node, operand, ref
 
 
 def aten_name(target: Any) -> str:
@@ -23,7 +25,7 @@ def aten_name(target: Any) -> str:
     packet = target.overloadpacket.__name__
     namespace = target.namespace
     for name in (f"{namespace}.{packet}", packet if namespace in ("aten", "prims") else None):
-        if name is not None and name in RULES:
+        if name is not None and (name in RULES or name in REFUSED):
             return name
     return f"{namespace}.{packet}.{target._overloadname}"
 
@@ -91,23 +93,30 @@ handles("aten._log_softmax")(_softmax("log_softmax"))
 
 @handles("aten.native_layer_norm")
 def _native_layer_norm(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> tuple:
-    """(y, mean, rstd) with mean/rstd kept as [..., 1] rows, as ATen returns them."""
+    """(y, mean, rstd) with mean/rstd kept as [..., 1] rows, as ATen returns them: float math in float32 for
+    bfloat16/float16 inputs (eager's CPU kernel computes in float and returns all three in the input's dtype). The
+    backend keeps this op whole (``kernelgen.frontend.decompositions``) so that its rows of overflowing values are
+    NaN as in eager (``reduction.overflow_is_nan``)."""
     x, shape, weight, bias, eps = args
-    if len(shape) != 1 or b.spec(int(x)).dtype not in ("float32", "float64"):
-        raise UnsupportedOpError(f"native_layer_norm over {list(shape)} of {b.spec(int(x)).dtype} at `{where}`")
+    dtype = b.spec(int(x)).dtype
+    if len(shape) != 1 or dtype not in ("float32", "float64", "bfloat16", "float16"):
+        raise UnsupportedOpError(f"native_layer_norm over {list(shape)} of {dtype} at `{where}`")
+    math_dtype = "float64" if dtype == "float64" else "float32"
     x = int(x)
+    x = cast_to(b, x, math_dtype)
     n = b.spec(x).shape[-1]
     mean = b.elementwise("mul", (b.reduce("sum", x), b.scalar_or_node(1.0 / n, x)))
     centered = b.elementwise("sub", (x, mean))
     var = b.elementwise("mul", (b.reduce("sum", b.elementwise("mul", (centered, centered))),
                                 b.scalar_or_node(1.0 / n, x)))
     rstd = b.elementwise("rsqrt", (b.elementwise("add", (var, b.scalar_or_node(float(eps), x))),))
+    rstd = reduction.overflow_is_nan(b, x, rstd, (b.spec(x).rank - 1,))
     y = b.elementwise("mul", (centered, rstd))
     if is_node(weight):
-        y = b.elementwise("mul", (y, int(weight)))
+        y = b.elementwise("mul", (y, cast_to(b, int(weight), math_dtype)))
     if is_node(bias):
-        y = b.elementwise("add", (y, int(bias)))
-    return (ref(y), ref(mean), ref(rstd))
+        y = b.elementwise("add", (y, cast_to(b, int(bias), math_dtype)))
+    return tuple(ref(cast_to(b, v, dtype)) for v in (y, mean, rstd))
 
 
 def _moments(name: str) -> Handler:
@@ -126,36 +135,82 @@ handles("aten.var_mean")(_moments("var_mean"))
 handles("aten.std_mean")(_moments("std_mean"))
 
 
-def _sdpa_flash(b: Any, args: tuple, kwargs: dict, where: str, cpu: bool) -> tuple:
-    """SDPA as the CPU/GPU flash op: (out, logsumexp, ...). ``out`` lowers with the CPU op's ``attn_mask`` (a
-    float mask of the query's dtype; a bool one was turned into it by SDPA's own decomposition); so does the CPU
-    op's ``logsumexp`` ([B, H, Tq] in float32, or float64 for float64 inputs: what its backward reads), so a
-    training forward's attention is a region too. The GPU op's statistics (another format) stay refused."""
+@dataclass(frozen=True)
+class FusedAttention:
+    """Where one of ATen's fused attention ops (what ``scaled_dot_product_attention`` becomes on each device) keeps
+    its arguments, how many outputs it has, and whether its ``logsumexp`` is the statistic kernelgen computes
+    (``attention_lse``: [B, H, Tq] in float32, float64 for float64 inputs, natural log of the scaled, masked row
+    sums, 0 on a row whose keys are all hidden; what the CPU flash backward and the attention backward template
+    read). ``lse`` is None when it is, else why it is not: then the op's statistics (and philox seed/offset,
+    sequence offsets, debug mask) are refused, a training forward, whose backward reads them, keeps the ATen op
+    whole, and so does its backward (``backward`` names it)."""
+
+    outputs: int
+    dropout: int  # position of dropout_p
+    causal: int  # position of is_causal
+    mask: tuple[int | None, str] | None = None  # (position or None: keyword-only, keyword) of the mask / attn_bias
+    debug: int | None = None  # position of return_debug_mask
+    lse: str | None = None
+    backward: str = ""
+
+
+# The GPU ops' statistics are not ours: cuDNN's is [B, H, Tq, 1]; the memory-efficient kernel pads the query
+# dim to a multiple of 32; FlashAttention's has our shape, but its value on a row with no visible key and the
+# philox state beside it were never checked on a GPU against ours. Lowering one would need that check (and the
+# backward ops would then read the template's statistic): until then ATen's forward and backward run in training.
+_UNCHECKED = "on a GPU against kernelgen's attention_lse"
+FUSED_ATTENTION = {
+    "_scaled_dot_product_flash_attention_for_cpu": FusedAttention(2, 3, 4, mask=(None, "attn_mask")),
+    "_scaled_dot_product_flash_attention": FusedAttention(
+        9, 3, 4, debug=5, backward="_scaled_dot_product_flash_attention_backward",
+        lse=f"FlashAttention's logsumexp ([B, H, Tq] float32, its hidden rows and philox state not checked "
+            f"{_UNCHECKED})"),
+    "_scaled_dot_product_cudnn_attention": FusedAttention(
+        9, 5, 6, mask=(3, "attn_bias"), debug=7, backward="_scaled_dot_product_cudnn_attention_backward",
+        lse="cuDNN attention's logsumexp ([B, H, Tq, 1] float32, not kernelgen's [B, H, Tq] statistic)"),
+    "_scaled_dot_product_efficient_attention": FusedAttention(
+        4, 5, 6, mask=(3, "attn_bias"), backward="_scaled_dot_product_efficient_attention_backward",
+        lse="memory-efficient attention's logsumexp ([B, H, Tq rounded up to a multiple of 32] float32)"),
+}
+
+
+def _fused_attention(b: Any, args: tuple, kwargs: dict, where: str, op: FusedAttention) -> tuple:
+    """SDPA as one of ATen's fused ops (``FUSED_ATTENTION``): (out, logsumexp, ...). ``out`` lowers to an
+    ``attention`` node with the op's mask (a float mask of the query's dtype; a bool one was turned into it by
+    SDPA's own decomposition), causal flag and scale; the logsumexp to ``attention_lse`` where it is kernelgen's
+    statistic, so a training forward's attention is a region too. Dropout and a debug mask are refused (the
+    template has neither)."""
     q, k, v = (int(a) for a in args[:3])
-    dropout = arg(args, kwargs, 3, "dropout_p", 0.0)
-    mask = kwargs.get("attn_mask")
-    if dropout or kwargs.get("return_debug_mask"):
-        raise UnsupportedOpError(f"attention with dropout at `{where}`")
+    if arg(args, kwargs, op.dropout, "dropout_p", 0.0):
+        raise UnsupportedOpError(f"attention with dropout at `{where}` (kernelgen's template has no dropout)")
+    if op.debug is not None and arg(args, kwargs, op.debug, "return_debug_mask", False):
+        raise UnsupportedOpError(f"attention returning its debug mask at `{where}`")
+    mask = None
+    if op.mask is not None:
+        position, name = op.mask
+        mask = kwargs.get(name) if position is None else arg(args, kwargs, position, name)
     if mask is not None and not is_node(mask):
         raise UnsupportedOpError(f"attention with a constant mask {mask!r} at `{where}`")
-    causal = bool(arg(args, kwargs, 4, "is_causal", False))
+    causal = bool(arg(args, kwargs, op.causal, "is_causal", False))
     scale = kwargs.get("scale")
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(b.spec(q).shape[-1])
     operands = (q, k, v) if mask is None else (q, k, v, int(mask))
     q_spec = b.spec(q)
     out = b.add("attention", operands, TensorSpec(q_spec.shape[:-1] + b.spec(v).shape[-1:], q_spec.dtype),
                 causal=causal, scale=scale)
-    if not cpu:
-        return (ref(out),) + (None,) * 8  # the getitem rule refuses the statistics
+    if op.lse is not None:
+        reason = f"{op.lse}: the op stays ATen where its statistics are read (its backward keeps ATen's too)"
+        return (ref(out),) + (Refused(reason),) * (op.outputs - 1)
     lse_dtype = "float64" if q_spec.dtype == "float64" else "float32"
     lse = b.add("attention_lse", operands, TensorSpec(q_spec.shape[:-1], lse_dtype), causal=causal, scale=scale)
     return (ref(out), ref(lse))
 
 
-handles("aten._scaled_dot_product_flash_attention_for_cpu")(
-    lambda b, args, kwargs, meta, where: _sdpa_flash(b, args, kwargs, where, cpu=True))
-handles("aten._scaled_dot_product_flash_attention")(
-    lambda b, args, kwargs, meta, where: _sdpa_flash(b, args, kwargs, where, cpu=False))
+for _name, _op in FUSED_ATTENTION.items():
+    handles(f"aten.{_name}")(lambda b, args, kwargs, meta, where, _op=_op: _fused_attention(b, args, kwargs, where, _op))
+    if _op.backward:
+        REFUSED[f"aten.{_op.backward}"] = (f"attention backward reading {_op.lse}; kernelgen's attention backward reads "
+                                           f"its own statistic, so ATen's backward runs")
 
 
 @handles("aten._scaled_dot_product_flash_attention_for_cpu_backward")
@@ -180,4 +235,4 @@ def _mean(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     return RULES["mean"](b, args[:2], {"keepdim": arg(args, kwargs, 2, "keepdim", False)}, meta, where)
 
 
-__all__ = ["aten_name"]
+__all__ = ["FUSED_ATTENTION", "FusedAttention", "aten_name"]

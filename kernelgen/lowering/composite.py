@@ -9,13 +9,15 @@ from typing import Any
 from kernelgen.errors import UnsupportedOpError
 from kernelgen.ir.values import TensorSpec
 from kernelgen.lowering import reduction
-from kernelgen.lowering.rules import arg, cast_to, float_result, handles, is_node
+from kernelgen.lowering.rules import Refused, arg, cast_to, float_result, handles, is_node
 
 # ---------------------------------------------------------------------------------------- reductions
 
 @handles("getitem")
 def _getitem(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> Any:
     container, index = args
+    if isinstance(container, tuple) and isinstance(index, int) and isinstance(container[index], Refused):
+        raise UnsupportedOpError(f"{container[index].reason} (`{where}`)")
     if isinstance(container, tuple) and isinstance(index, int) and container[index] is not None:
         return container[index]
     raise UnsupportedOpError(f"indexing at `{where}`; only `.max(dim)[0]` / `.values` is supported")
@@ -67,11 +69,12 @@ def _layer_norm(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int
     eps = float(arg(args, kwargs, 4, "eps", 1e-5))
     if len(normalized_shape) != 1:
         raise UnsupportedOpError(f"layer_norm over {len(normalized_shape)} dims at `{where}`; only the last dim")
-    var = reduction.variance(b, x, (b.spec(x).rank - 1,), 0)
+    row = (b.spec(x).rank - 1,)
+    var = reduction.variance(b, x, row, 0)
     n = b.spec(x).shape[-1]
     mean = b.elementwise("mul", (b.reduce("sum", x), b.scalar_or_node(1.0 / n, x)))
-    y = b.elementwise("mul", (b.elementwise("sub", (x, mean)),
-                              b.elementwise("rsqrt", (b.elementwise("add", (var, b.scalar_or_node(eps, x))),))))
+    rstd = b.elementwise("rsqrt", (b.elementwise("add", (var, b.scalar_or_node(eps, x))),))
+    y = b.elementwise("mul", (b.elementwise("sub", (x, mean)), reduction.overflow_is_nan(b, x, rstd, row)))
     if is_node(weight):
         y = b.elementwise("mul", (y, int(weight)))
     if is_node(bias):

@@ -17,7 +17,7 @@ from kernelgen.ir.values import TensorSpec
 from kernelgen.lowering import (composite, elementwise, moves, pointwise, reduction, scans, scatters,  # noqa: F401
                                 sorts, windows)
 from kernelgen.lowering.aten import aten_name
-from kernelgen.lowering.rules import RULES
+from kernelgen.lowering.rules import REFUSED, RULES
 
 # Methods whose arguments are not the function's: x.where(cond, y) is torch.where(cond, x, y)
 _METHOD_NAMES = {"where": "Tensor.where"}
@@ -71,6 +71,8 @@ def lower(b: Any, kind: str, target: Any, args: tuple, kwargs: dict, meta: Tenso
         raise UnsupportedOpError(f"module attribute {target!r} at {where}; pass tensors as function arguments")
     name = canonical_name(kind, target)
     _refuse_mutation(name, kwargs, where)
+    if name in REFUSED:
+        raise UnsupportedOpError(f"{REFUSED[name]} (`{where}`)")
     handler = RULES.get(name)
     if handler is None:
         raise UnsupportedOpError(f"unsupported op {name!r} at `{where}`; supported: {', '.join(sorted(RULES))}")
@@ -90,6 +92,11 @@ def _refuse_mutation(name: str, kwargs: dict, where: str) -> None:
     if name.endswith("_") and not name.startswith("__"):
         raise UnsupportedOpError(f"in-place op {name!r} at `{where}`; kernelgen kernels do not mutate tensors, so "
                                  f"this graph runs eagerly: use {name.rstrip('_')!r}, which returns a new tensor")
+
+
+def refusal(target: Any) -> str | None:
+    """Why a call of ``target`` stays ATen whatever its arguments (``kernelgen.lowering.rules.REFUSED``), or None."""
+    return REFUSED.get(canonical_name("call_function", target))
 
 
 def op_name(target: Any) -> str:

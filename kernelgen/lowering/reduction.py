@@ -63,6 +63,27 @@ def variance(b: Any, x: int, dims: tuple[int, ...], correction: float) -> int:
     return b.elementwise("mul", (ssq, b.scalar_or_node(1.0 / denom if denom else float("inf"), x)))
 
 
+# Where eager's CPU layer norm has no statistics for a row: it computes them in float32 (double for float64) by
+# Welford's method over its vector lanes, and folding the first lane into the empty total multiplies that lane's
+# squared mean by zero, so a row holding a value of magnitude >= sqrt(the type's max) (2**64 for float32) gets
+# NaN statistics, or, depending on where the value sits among the lanes, an infinite variance and a row of zeros
+# (tests/reliability/test_numerics_contract.py probes both). Two-pass moments with a double accumulator stay finite
+# there, and a layer norm built on them returned a normalised row (rows of FLT_MAX: zeros plus the bias) where eager
+# has none. ``overflow_is_nan`` gives such rows NaN statistics, as eager gives rows of FLT_MAX and of +-FLT_MAX.
+# float16 holds no such value (its max is 65504).
+MOMENTS_OVERFLOW = {"float32": 2.0 ** 64, "bfloat16": 2.0 ** 64, "float64": 2.0 ** 512}
+
+
+def overflow_is_nan(b: Any, x: int, stat: int, dims: tuple[int, ...]) -> int:
+    """``stat`` (a row statistic of ``x`` over ``dims``) as NaN where eager's float moments of the row overflow."""
+    bound = MOMENTS_OVERFLOW.get(b.spec(x).dtype)
+    if bound is None:
+        return stat
+    largest = b.reduce("max", b.elementwise("abs", (x,)), dims)
+    overflow = b.elementwise("ge", (largest, b.const(bound, b.spec(largest).dtype)))
+    return b.elementwise("where", (overflow, b.const(math.nan, b.spec(stat).dtype), stat))
+
+
 def logsumexp(b: Any, x: int, dims: tuple[int, ...]) -> int:
     m = b.reduce("max", x, dims)
     s = b.reduce("sum", b.elementwise("exp", (b.elementwise("sub", (x, m)),)), dims)

@@ -18,6 +18,9 @@ from kernelgen.ir.graph import NodeRef
 
 Handler = Callable[..., Any]
 RULES: dict[str, Handler] = {}
+# Ops the lowering knows and leaves to ATen, with the reason: refused before the node's arguments are lowered
+# (an argument kernelgen has no dtype for, such as a philox seed, must not hide the real reason).
+REFUSED: dict[str, str] = {}
 
 
 def handles(*names: str) -> Callable[[Handler], Handler]:
@@ -43,6 +46,15 @@ def is_node(x: Any) -> bool:
 def is_float_dtype(dtype: str) -> bool:
     """Whether ``dtype`` (a kernelgen dtype name) is a floating-point type."""
     return dtype.startswith("float") or dtype == "bfloat16"
+
+
+class Refused:
+    """An output of a multi-output op that a rule does not lower, in place of its value in the returned tuple:
+    reading it (the ``getitem`` rule) raises ``UnsupportedOpError`` with ``reason``, so a region never holds an
+    op whose unlowered output something reads, and the partitioner logs why it stayed ATen."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
 
 
 def arg(args: tuple, kwargs: dict, index: int, name: str, default: Any = None) -> Any:

@@ -6,6 +6,11 @@ clamp the index so nothing is touched out of bounds, but eager raises for an ind
 or ``RuntimeError`` for scatter and index_add: the node's ``error``), and eager's error is the contract: so every
 launch of such a kernel first checks the index inputs' range (one min and one max over the index tensor,
 a few microseconds for the index tensors of embedding lookups) and raises eager's error type.
+
+Reading the range is a host sync, which a stream being captured into a CUDA graph refuses
+(``kernelgen.frontend.cuda_graphs``): there the check asserts on the device instead (``torch._assert_async``, no
+sync, replayed with the graph), as eager's own CUDA kernels do for an index out of range. Uncaptured calls, the
+first call of every captured graph among them, keep eager's Python error.
 """
 
 from __future__ import annotations
@@ -45,10 +50,26 @@ def check(args: tuple, checks: tuple[Check, ...]) -> None:
         index = args[arg]
         if index.numel() == 0:
             continue
+        if capturing(index):
+            import torch
+
+            low = -rows if wrap else 0
+            torch._assert_async(((index >= low) & (index < rows)).all(),
+                                f"index out of bounds for dimension {dim} with size {rows}")
+            continue
         low, high = int(index.min()), int(index.max())
         if high >= rows or low < (-rows if wrap else 0):
             bad = high if high >= rows else low
             raise _ERRORS[error](f"index {bad} is out of bounds for dimension {dim} with size {rows}")
+
+
+def capturing(index: Any) -> bool:
+    """Whether ``index`` lives on a GPU whose current stream is being captured into a CUDA graph."""
+    if not index.is_cuda:
+        return False
+    import torch
+
+    return torch.cuda.is_current_stream_capturing()
 
 
 def guarded(launch: Callable[..., None], checks: tuple[Check, ...]) -> Callable[..., None]:
@@ -63,4 +84,4 @@ def guarded(launch: Callable[..., None], checks: tuple[Check, ...]) -> Callable[
     return checked_launch
 
 
-__all__ = ["check", "guarded", "index_checks"]
+__all__ = ["capturing", "check", "guarded", "index_checks"]

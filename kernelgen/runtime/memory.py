@@ -16,7 +16,8 @@ The cost: up to ``TRIM_BYTES`` of freed memory stays mapped in the process, and 
 the heap (blocks above it are still mapped and unmapped per allocation, and kernelgen's own large outputs ask for
 huge pages, ``kernelgen.runtime.entry``). Applied once per process when a model is compiled through the backend
 (it changes the whole process's malloc, eager's ops included, the way a preloaded allocator would);
-``KERNELGEN_MALLOC=0`` leaves malloc as it is. glibc only: elsewhere (musl, macOS, Windows) nothing is changed.
+``KERNELGEN_MALLOC=0`` (or ``off``, ``false``, ``no``) leaves malloc as it is. glibc only: elsewhere (musl, macOS,
+Windows) nothing is changed.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
-import os
 import threading
+
+from kernelgen.env_flags import env_flag
 
 log = logging.getLogger("kernelgen.runtime")
 
@@ -52,7 +54,7 @@ def keep_freed_memory() -> bool:
     with _LOCK:
         if _APPLIED:
             return _APPLIED[0]
-        libc = None if os.environ.get(ENV, "1") == "0" else _glibc()
+        libc = _glibc() if env_flag(ENV, True) else None
         done = False
         if libc is not None:
             libc.mallopt.argtypes = (ctypes.c_int, ctypes.c_int)

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kernelgen.backends import cpp
+from kernelgen.env_flags import env_flag
 
 log = logging.getLogger("kernelgen.runtime")
 
@@ -100,7 +101,7 @@ def _watch() -> None:
 
 def start() -> None:
     """Start following the load (once per process; not with ``KERNELGEN_ADAPT_THREADS=0`` or on one CPU)."""
-    if _STARTED.is_set() or os.environ.get(ENV, "1") == "0" or len(_cpus()) < 2 or sample() is None:
+    if _STARTED.is_set() or not env_flag(ENV, True) or len(_cpus()) < 2 or sample() is None:
         return
     _STARTED.set()
     threading.Thread(target=_watch, name="kernelgen-threads", daemon=True).start()

@@ -203,10 +203,6 @@ class VendorGemmImplementation(Implementation):
         return f"VendorGemmImplementation(backend={self.backend!r})"
 
 
-def _target_device(target: Target) -> str:
-    return "cuda" if target.kind in ("cuda", "hip") else "cpu"  # ROCm's torch calls its GPUs cuda too
-
-
 class VendorLauncher:
     """Runs one config: the ATen matmul into the output (no epilogue) or into a per-thread scratch buffer
     reused across calls (a fresh buffer per call costs page faults comparable to the matmul at these sizes),
@@ -227,7 +223,7 @@ class VendorLauncher:
         self.source_file = getattr(epilogue, "source_file", None)
         # where the tensors must live: the epilogue kernel's device (a GPU for Triton on one); ATen's matmul runs
         # anywhere, so without an epilogue the target's own device (the measurer moves its inputs there)
-        self.device = getattr(epilogue, "device", None) or _target_device(target)
+        self.device = getattr(epilogue, "device", None) or target.tensor_device
         # a shape-generic graph: the sentinel batch size, and the input whose dim 0 is the run-time batch size
         # when the matmul result has it (the scratch buffer then has that many rows)
         self._batch = impl.graph.dynamic

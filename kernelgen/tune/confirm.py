@@ -1,7 +1,9 @@
 """Interleaved confirmation: the finalists of a tuning, the default config and eager PyTorch re-measured side by
 side in rounds, until the leader's time can be trusted or a bounded number of rounds says it cannot.
 
-The tuner's verdict, its "vs default", its "vs eager" and its "vs torch.compile" all come out of one ``confirm``
+A config other than a default (a template's default config, the graph's own ATen ops) is declared only when
+it beats the fastest default by more than the rounds' measured spread (``round_spread``); within it, the default
+stays. The tuner's verdict, its "vs default", its "vs eager" and its "vs torch.compile" all come out of one ``confirm``
 call, so the times are taken in the same minutes under the same load, never minutes apart. The baselines'
 times (``kernelgen.ir.values.Reference``) are kept in every record of the rounds, for the report. A leader whose
 confirmed time stays far above what the search measured for it gets no verdict: its records say why, and a
@@ -98,7 +100,9 @@ def confirm(finalists: Sequence[Finalist[H]], tie_key: Callable[[H], Any], *,
     order, at least ``rounds`` rounds and while the leader is in doubt at most ``max_rounds``. A finalist that
     fails once drops out; a baseline that raises ``ReferenceSkipped`` too, its reason kept. A baseline that
     returns None (an unsteady timing) just misses that round. Defaults win ties (``fastest`` with
-    ``(not default, tie_key)``). Nothing is committed here.
+    ``(not default, tie_key)``), and a config that is not a default wins only by a margin over the fastest
+    default beyond both one's ``round_spread``: while it is within, more rounds, and at ``max_rounds`` the
+    default stays (said in ``caveat``). Nothing is committed here.
     """
     n = len(finalists)
     baselines = {**({EAGER: eager} if eager is not None else {}), **(references or {})}
@@ -109,6 +113,7 @@ def confirm(finalists: Sequence[Finalist[H]], tie_key: Callable[[H], Any], *,
     failed: set[int] = set()
     slots = list(range(n + len(names)))  # slot n + k: the k-th baseline
     done = measured = 0
+    kept_default = ""
     while True:
         for j in range(len(slots)):
             slot = slots[(j + done) % len(slots)]
@@ -137,19 +142,55 @@ def confirm(finalists: Sequence[Finalist[H]], tie_key: Callable[[H], Any], *,
         kept = [i for i in range(n) if i not in failed and runs[i]]
         summaries = [(i, _summary(runs[i])) for i in kept]
         winner = fastest(summaries, lambda i: (not finalists[i].default, tie_key(finalists[i].item)))
+        # A config replaces the default only by a margin its rounds can show: within the measured spread, more
+        # rounds (up to max_rounds), then the default stays and is the verdict.
+        incumbent, close = _incumbent(finalists, kept, summaries, runs, winner)
+        if close and done >= max_rounds:
+            kept_default = (f"the fastest config ({summaries[winner][1].time.median:.3g} s) was within the rounds' "
+                            f"spread of the default ({summaries[incumbent][1].time.median:.3g} s) after {done} "
+                            "rounds: the default stays")  # type: ignore[union-attr,index]
+            winner = incumbent
         doubt, caveat = ("", "") if winner is None else _doubts(finalists[kept[winner]], runs[kept[winner]],
                                                                 summaries[winner][1])
-        if not (doubt or caveat) or done >= max_rounds:
+        if not (doubt or caveat or close) or done >= max_rounds:
             break
     results = [(finalists[i].item, m) for i, m in summaries]
     if winner is not None:
         disturbed = _disturbed_search(finalists[kept[winner]], summaries[winner][1])
-        caveat = "; ".join(filter(None, [caveat, disturbed]))
+        caveat = "; ".join(filter(None, [caveat, disturbed, kept_default]))
     refs = tuple(Reference(name, robust_time(baseline_runs[name]) if baseline_runs[name] else None,
                            skipped.get(name) or ("" if baseline_runs[name] else f"no steady timing in {done} rounds"))
                  for name in names)
     eager_time = next((r.time for r in refs if r.name == EAGER), None)
     return Confirmation(results, winner, eager_time, done, measured, doubt, caveat, references=refs)
+
+
+def round_spread(runs: Sequence[Measurement]) -> float:
+    """How reproducible one finalist's robust time (its fastest round median, ``robust_time``) is: how far its
+    second-fastest round median lands above the fastest, relative. The noise a margin must exceed to mean
+    anything (the same kernel in two columns of one GPU bench differed by 5.8%, 69.1 vs 73.1 us). Rounds
+    disturbed by load do not count as long as two were quiet, and more rounds can only narrow it; a finalist
+    measured once has no spread to tell (0)."""
+    meds = sorted(m.time.median for m in runs if m.time is not None)
+    if len(meds) < 2 or meds[0] <= 0:
+        return 0.0
+    return meds[1] / meds[0] - 1
+
+
+def _incumbent(finalists: Sequence[Finalist[Any]], kept: Sequence[int], summaries: Sequence[tuple[int, Measurement]],
+               runs: Sequence[Sequence[Measurement]], winner: int | None) -> tuple[int | None, bool]:
+    """``(the fastest default's index in summaries, whether the winner's margin over it is within the spread)``:
+    a non-default winner must beat the fastest default (a template's default, ATen's ops) by more than
+    ``TIE_TOLERANCE`` and more than either one's ``round_spread``, else the default stays."""
+    if winner is None or finalists[kept[winner]].default:
+        return winner, False
+    defaults = [j for j, (i, _) in enumerate(summaries) if finalists[i].default]
+    if not defaults:
+        return winner, False
+    best = min(defaults, key=lambda j: summaries[j][1].time.median)  # type: ignore[union-attr]
+    t_win, t_def = summaries[winner][1].time.median, summaries[best][1].time.median  # type: ignore[union-attr]
+    spread = max(TIE_TOLERANCE, round_spread(runs[kept[winner]]), round_spread(runs[kept[best]]))
+    return best, t_win <= 0 or t_def / t_win - 1 <= spread
 
 
 def _summary(runs: Sequence[Measurement]) -> Measurement:
@@ -213,4 +254,4 @@ def commit_confirmation(conf: Confirmation[H], declare: bool,
 
 
 __all__ = ["CONFIRM_ROUNDS", "Confirmation", "Finalist", "MAX_ROUNDS", "TIE_TOLERANCE", "TRIAL_AGREEMENT",
-           "commit_confirmation", "confirm", "fastest", "robust_time"]
+           "commit_confirmation", "confirm", "fastest", "robust_time", "round_spread"]

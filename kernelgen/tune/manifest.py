@@ -43,6 +43,7 @@ from kernelgen.ir.values import TensorSpec
 from kernelgen.runtime.dynamic import representatives
 from kernelgen.runtime.implementations import candidates_for, implementations_for
 from kernelgen.tune.bucket import range_family, range_implementations
+from kernelgen.tune.guards import contained
 from kernelgen.tune.preflight import check_budget, usable_implementations
 
 OPTION_KEYS = ("backend", "trials", "seconds", "sampler", "patience", "template")
@@ -184,13 +185,15 @@ def import_function(spec: Any, where: str) -> Callable[..., Any]:
     if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
         raise ManifestError(f"{where}: function must be \"module:function\" (an import path), got {spec!r}")
     module_name, attr = spec.split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ManifestError(f"{where}: cannot import module {module_name!r} ({exc}); run from the directory that "
-                            "holds it or add its folder to PYTHONPATH") from None
-    except Exception as exc:  # the module itself raised while importing
-        raise ManifestError(f"{where}: importing {module_name!r} failed: {type(exc).__name__}: {exc}") from None
+    with contained(f"{where}: importing {module_name!r}", "kernelgen imports the module to find the function: remove "
+                   "the exit, or put it under if __name__ == \"__main__\":", ManifestError):
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise ManifestError(f"{where}: cannot import module {module_name!r} ({exc}); run from the directory that "
+                                "holds it or add its folder to PYTHONPATH") from None
+        except Exception as exc:  # the module itself raised while importing
+            raise ManifestError(f"{where}: importing {module_name!r} failed: {type(exc).__name__}: {exc}") from None
     fn = getattr(module, attr, None)
     if fn is None or not callable(fn):
         raise ManifestError(f"{where}: module {module_name!r} has no function {attr!r}")

@@ -28,13 +28,13 @@ from typing import Any
 from kernelgen.backends import get_backend
 from kernelgen.check.verdicts import check
 from kernelgen.db.verdict import rounds_tag
-from kernelgen.errors import KernelgenError
+from kernelgen.errors import DatabaseError, KernelgenError
 from kernelgen.ir.values import Evidence
 from kernelgen.runtime.aten import NAME as ATEN
 from kernelgen.runtime.implementations import candidates_for
 from kernelgen.runtime.records import usable_best
 from kernelgen.tune.claims import LeaseLost, Progress, hold
-from kernelgen.tune.model_capture import ModelRegion, capture, dispatched
+from kernelgen.tune.model_capture import ModelRegion, capture, dispatched, guarded
 from kernelgen.tune.model_spec import (MODES, ModelError, ModelSpec, load_model, load_models, model_spec, one_line,
                                        prepare, step, training_loss)
 
@@ -75,6 +75,7 @@ class ModelResult:
     step_s: float  # eager's step
     outcomes: list[RegionOutcome] = field(default_factory=list)
     seconds: float = 0.0
+    check: Any = None  # the whole-step check after tuning (``kernelgen.tune.model_check.ModelCheck``), if it ran
 
     @property
     def ok(self) -> bool:
@@ -87,7 +88,8 @@ class ModelResult:
         return {"model": self.spec.label, "factory": self.spec.factory, "mode": self.spec.mode,
                 "backend": self.spec.backend, "step_ms": self.step_s * 1e3, "regions_total": len(self.regions),
                 "regions_done": len(done), "share_covered": sum(o.region.share for o in done),
-                "seconds": self.seconds, "ok": self.ok, "regions": [o.to_json() for o in self.outcomes]}
+                "seconds": self.seconds, "ok": self.ok, "regions": [o.to_json() for o in self.outcomes],
+                "check": None if self.check is None else self.check.to_json()}
 
 
 # --- tune ---------------------------------------------------------------------------------------------
@@ -95,7 +97,7 @@ class ModelResult:
 def tune_model(spec: ModelSpec, *, db: Any, seconds: float | None = None, trials: int | None = None,
                workers: int = 1, timeout: float = 60.0,
                retune: bool = False, on_region: Callable[[RegionOutcome, ModelResult], None] | None = None,
-               tune: Callable[..., Any] | None = None) -> ModelResult:
+               tune: Callable[..., Any] | None = None, check_step: bool = True) -> ModelResult:
     """Capture ``spec``'s model, then tune its regions, largest share first, within ``seconds`` in total (after
     the capture).
 
@@ -105,16 +107,22 @@ def tune_model(spec: ModelSpec, *, db: Any, seconds: float | None = None, trials
     (at least ``MIN_REGION_SECONDS``). Regions the budget does not reach stay as they are. With ``trials``, one
     pass searches each candidate that many configs. ``on_region`` is told each region's outcome as it lands;
     ``tune`` replaces ``kernelgen.tune.tuner.tune_graph`` (tests). A region whose candidates all fail is an
-    outcome with its error; the other regions' records are kept."""
+    outcome with its error; the other regions' records are kept.
+
+    Then, with ``check_step``, the tuned model is checked as a whole (``kernelgen.tune.model_check``): its step
+    with the tuned records, with none and with every region's ATen ops, interleaved with eager's, keeping per
+    region what is fastest inside the step. The check's rounds take ``check_seconds(budget)`` of the budget."""
     from kernelgen.tune import tuner  # deferred: Optuna (~1 s), which only tuning needs
 
     tune = tune or tuner.tune_graph
     start = time.monotonic()
-    regions, step_s, _ = capture(spec, db)
+    captured = capture(spec, db)
+    regions, step_s = captured.regions, captured.step_s
     result = ModelResult(spec, regions, step_s)
     budget = seconds if seconds is not None else spec.seconds
+    check_s = check_seconds(budget)
     # the budget is the tuning's: capturing a large model under load can take a good part of a minute by itself
-    deadline = None if budget is None else time.monotonic() + budget
+    deadline = None if budget is None else time.monotonic() + budget - (check_s if check_step else 0.0)
     fingerprint = get_backend(spec.backend).target().fingerprint
     passes = [("defaults", 1, retune), ("search", None, True)] if trials is None else [("search", trials, retune)]
     outcomes: dict[str, RegionOutcome] = {}
@@ -146,8 +154,43 @@ def tune_model(spec: ModelSpec, *, db: Any, seconds: float | None = None, trials
                     on_region(outcomes[region.key], result)
             if pending and not claimed_any:
                 time.sleep(CLAIM_RETRY_SECONDS)
+    if check_step and result.ok:
+        result.check = _check_whole(spec, db, captured, check_s, fingerprint)
+        if result.check is not None:
+            _apply_check(result.check, outcomes)
     result.seconds = time.monotonic() - start
     return result
+
+
+def _apply_check(check: Any, outcomes: dict[str, RegionOutcome]) -> None:
+    """The regions whose dispatch the whole-step check changed: their outcome says what runs now and why."""
+    for region in check.regions:
+        outcome = outcomes.get(region.key)
+        if outcome is None or region.key not in check.changed:
+            continue
+        name, config = region.runs[region.choice]
+        mine, aten = region.times[region.choice].median, region.times.get("aten")
+        outcome.implementation, outcome.config = name, None if config is None else dict(config)
+        outcome.speedup = aten.median / mine if aten is not None and mine > 0 else None
+        outcome.note = (f"the whole-step check kept its {region.choice} variant: {mine * 1e3:.3g} ms a step against "
+                        f"the tuned record's {region.times['tuned'].median * 1e3:.3g} ms inside the step")
+
+
+def check_seconds(budget: float | None) -> float:
+    """The share of a model's budget its whole-step check takes: 15%, between 5 and 30 s (20 s without one)."""
+    return 20.0 if budget is None else min(30.0, max(5.0, 0.15 * budget))
+
+
+def _check_whole(spec: ModelSpec, db: Any, captured: Any, seconds: float, fingerprint: str) -> Any:
+    """The whole-step check, by one of the processes sharing the database (the others' would repeat it)."""
+    from kernelgen.tune.model_check import check_model
+
+    with db.lock(f"model-check:{spec.label}:{spec.mode}:{fingerprint}", wait=False) as held:
+        if not held:
+            log.info("kernelgen tune: model %s: another process is checking its step as a whole", spec.label)
+            return None
+        with guarded(spec, "checking its tuned step as a whole"):
+            return check_model(spec, db, captured.run, captured.eager, captured.graphs, seconds)
 
 
 def _pass(tune: Callable[..., Any], stage: str, region: ModelRegion, pending: list, spec: ModelSpec, db: Any,
@@ -213,6 +256,8 @@ def _tune_region(tune: Callable[..., Any], region: ModelRegion, spec: ModelSpec,
         result = tune(region.graph, backend=spec.backend, db=db, seconds=per_impl, trials=trials, workers=workers,
                       timeout=timeout, retune=retune, time_eager=False, name=name, on_trial=on_trial,
                       progress=progress)
+    except DatabaseError:  # the database failed, not the region: every later region would fail alike
+        raise
     except LeaseLost:
         raise  # not the region's failure: another process has it now (tune_model)
     except KernelgenError as exc:

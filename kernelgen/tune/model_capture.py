@@ -11,10 +11,12 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
+from kernelgen.errors import KernelgenError
 from kernelgen.frontend import dynamo_backend, region_op
-from kernelgen.tune.model_spec import ModelError, ModelSpec, load_model, one_line, prepare, step
+from kernelgen.tune.guards import contained, time_limit
+from kernelgen.tune.model_spec import CAPTURE_FIX, ModelError, ModelSpec, load_model, one_line, prepare, step
 
 PROFILE_REPEATS = 3  # each region's ATen ops timed this many times per call in the profiled step (the minimum kept)
 
@@ -37,32 +39,58 @@ class ModelRegion:
 
 # --- capture and profile ------------------------------------------------------------------------------
 
-def capture(spec: ModelSpec, db: Any = None, timed: list | None = None) -> tuple[list[ModelRegion], float, list[Any]]:
+class Captured(NamedTuple):
+    """What ``capture`` found: the model's distinct regions (largest share of eager's step first), eager's step
+    time on one thread, the compiled graphs' statistics, and the compiled and the eager step as callables (run
+    them inside ``guarded``)."""
+
+    regions: list[ModelRegion]
+    step_s: float
+    graphs: list[Any]
+    run: Callable[[], Any]
+    eager: Callable[[], Any]
+
+
+def capture(spec: ModelSpec, db: Any = None, timed: list | None = None) -> Captured:
     """The model's distinct regions, largest share of eager's step time first; eager's step time; the graphs'
-    coverage statistics. Runs eager once (inputs that do not fit the model fail here, in one line), then the
+    coverage statistics; the steps (``Captured``). Runs eager once (inputs that do not fit the model fail here, in one line), then the
     model through the kernelgen backend twice: once to compile, once profiled. Shares are measured with ATen on
     one thread (``_one_thread``). With ``timed`` (a list), eager's and the kernelgen step's times (with ``db``'s
-    records), minima of interleaved calls, are appended to it."""
+    records), minima of interleaved calls, are appended to it. Each stage (the factory, the first eager step, the
+    capture and profiling, the timed steps) may take ``spec.capture_timeout`` seconds: past it the process ends in
+    one line naming the stage (``kernelgen.tune.guards.time_limit``)."""
     import torch
 
-    model, args, kwargs = load_model(spec.factory)
+    model, args, kwargs = load_model(spec.factory, spec.capture_timeout)
     prepare(model, spec.mode)
     eager = step(model, args, kwargs, spec.mode)
-    try:
-        eager()
-    except ModelError:
-        raise
-    except Exception as exc:
-        raise ModelError(f"model {spec.label}: its inputs do not fit it: eager PyTorch raised "
-                         f"{type(exc).__name__}: {one_line(exc)}") from None
-    # (one thread throughout: torch's thread count is part of Dynamo's guards, so changing it between the compile
-    # and the profiled step would compile the model again, with regions that have not run yet)
-    with _one_thread(torch):
+
+    with guarded(spec, "its first eager step"):
+        try:
+            eager()
+        except ModelError:
+            raise
+        except Exception as exc:
+            raise ModelError(f"model {spec.label}: its inputs do not fit it: eager PyTorch raised "
+                             f"{type(exc).__name__}: {one_line(exc)}") from None
+    # (one thread throughout: torch's thread count is part of Dynamo's guards, so changing it between the
+    # compile and the profiled step would compile the model again, with regions that have not run yet)
+    with guarded(spec, "capturing it through torch.compile and profiling its steps"), _one_thread(torch):
         regions, step_s, graphs, run = _profile(spec, model, args, kwargs, eager, db)
     if timed is not None:  # eager and kernelgen, interleaved, with the threads the user has
-        pairs = [(_min_time(eager, 1), _min_time(run, 1)) for _ in range(5)]
+        with guarded(spec, "timing its eager and kernelgen steps"):
+            pairs = [(_min_time(eager, 1), _min_time(run, 1)) for _ in range(5)]
         timed.extend((min(p[0] for p in pairs), min(p[1] for p in pairs)))
-    return regions, step_s, graphs
+    return Captured(regions, step_s, graphs, run, eager)
+
+
+@contextlib.contextmanager
+def guarded(spec: ModelSpec, what: str) -> Iterator[None]:
+    """A stage that runs the user's model: an exit or a ``BaseException`` in it is the model's one-line error
+    (``contained``), and past ``spec.capture_timeout`` seconds the process ends in one line naming the stage."""
+    with contained(f"model {spec.label}: its step", "a model's forward must return, not exit: remove the exit",
+                   ModelError), time_limit(f"model {spec.label}: {what}", spec.capture_timeout, CAPTURE_FIX):
+        yield
 
 
 def _profile(spec: ModelSpec, model: Any, args: tuple, kwargs: dict, eager: Callable[[], Any],
@@ -82,6 +110,9 @@ def _profile(spec: ModelSpec, model: Any, args: tuple, kwargs: dict, eager: Call
         with dynamo_backend.collect() as graphs:
             run()
     except Exception as exc:
+        inner = getattr(exc, "inner_exception", None)  # what the backend raised, inside Dynamo's BackendCompilerFailed
+        if isinstance(inner, KernelgenError):  # kernelgen's own refusal (a malformed switch): its line, not Dynamo's
+            raise ModelError(f"model {spec.label}: {inner}") from None
         raise ModelError(f"model {spec.label}: torch.compile with the kernelgen backend cannot capture it: "
                          f"{type(exc).__name__}: {one_line(exc)}") from None
     found: dict[str, ModelRegion] = {}
@@ -153,4 +184,4 @@ def _min_time(fn: Callable[[], Any], repeats: int = 5) -> float:
 
 
 
-__all__ = ["ModelRegion", "PROFILE_REPEATS", "capture", "dispatched"]
+__all__ = ["Captured", "ModelRegion", "PROFILE_REPEATS", "capture", "dispatched", "guarded"]

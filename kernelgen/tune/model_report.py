@@ -24,7 +24,7 @@ def model_report(spec: ModelSpec, db: Any) -> dict[str, Any]:
     ``eager_step_ms`` and ``kernelgen_step_ms`` (the model run through the backend with those records), timed
     interleaved with the threads this process has (``step_ms``, the shares' base, is single-threaded)."""
     timed: list[float] = []
-    regions, step_s, _ = capture(spec, db, timed)
+    regions, step_s = capture(spec, db, timed)[:2]
     target = get_backend(spec.backend).target()
     result = ModelResult(spec, regions, step_s)
     for region in regions:

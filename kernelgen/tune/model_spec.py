@@ -20,9 +20,16 @@ else:  # Python 3.10: the same parser, published as tomli before it joined the s
 
 from kernelgen.backends import backend_names
 from kernelgen.errors import KernelgenError, ManifestError
+from kernelgen.tune.guards import contained, time_limit
 from kernelgen.tune.manifest import import_function, importable_from_cwd
 
 MODES = ("infer", "train")
+# The command line's limit on each stage of building and capturing a model (``--capture-timeout``): the factory,
+# the first eager step, the capture and profiled steps, the report's timed steps. A stage past it may hang, and the
+# run ends naming it (``kernelgen.tune.guards.time_limit``). Generous: a large model's first compile on a loaded
+# machine takes minutes, not ten.
+CAPTURE_TIMEOUT = 600.0
+CAPTURE_FIX = "it may hang: fix it, or if it is only slow raise the limit with --capture-timeout SECONDS"
 
 
 class ModelError(KernelgenError):
@@ -39,6 +46,7 @@ class ModelSpec:
     backend: str = "cpp"
     seconds: float | None = None
     dynamic: bool | None = None  # torch.compile's: None lets Dynamo decide, True makes sizes symbolic
+    capture_timeout: float | None = None  # seconds each stage of building and capturing may take (None: no limit)
 
     @property
     def label(self) -> str:
@@ -98,19 +106,23 @@ def model_spec(table: dict[str, Any], where: str) -> ModelSpec:
 
 # --- the model and its step ---------------------------------------------------------------------------
 
-def load_model(factory: str) -> tuple[Any, tuple, dict]:
-    """``(model, args, kwargs)`` from the factory ``"pkg.module:make"``; ``ModelError`` with the reason."""
+def load_model(factory: str, limit: float | None = None) -> tuple[Any, tuple, dict]:
+    """``(model, args, kwargs)`` from the factory ``"pkg.module:make"``; ``ModelError`` with the reason. Importing
+    its module and calling it may take ``limit`` seconds (``time_limit``)."""
     import torch
 
     importable_from_cwd()
-    try:
-        make = import_function(factory, f"model {factory!r}")
-    except ManifestError as exc:
-        raise ModelError(str(exc)) from None
-    try:
-        made = make()
-    except Exception as exc:
-        raise ModelError(f"model factory {factory!r} raised {type(exc).__name__}: {one_line(exc)}") from None
+    with time_limit(f"model factory {factory!r} (importing its module and building the model)", limit, CAPTURE_FIX):
+        try:
+            make = import_function(factory, f"model {factory!r}")
+        except ManifestError as exc:
+            raise ModelError(str(exc)) from None
+        with contained(f"model factory {factory!r}", "a factory must return (model, inputs), not exit: remove the "
+                       "exit", ModelError):
+            try:
+                made = make()
+            except Exception as exc:
+                raise ModelError(f"model factory {factory!r} raised {type(exc).__name__}: {one_line(exc)}") from None
     if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], torch.nn.Module)):
         raise ModelError(f"model factory {factory!r} returned {type(made).__name__}; it must return "
                          "(model, inputs): an nn.Module and a tensor, a tuple of tensors or a dict of them")
@@ -174,5 +186,5 @@ def one_line(exc: BaseException) -> str:
 
 
 
-__all__ = ["MODEL_KEYS", "MODES", "ModelError", "ModelSpec", "load_model", "load_models", "model_spec", "one_line",
-           "prepare", "step", "training_loss"]
+__all__ = ["CAPTURE_FIX", "CAPTURE_TIMEOUT", "MODEL_KEYS", "MODES", "ModelError", "ModelSpec", "load_model",
+           "load_models", "model_spec", "one_line", "prepare", "step", "training_loss"]

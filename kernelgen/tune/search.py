@@ -2,12 +2,15 @@
 
 The only module of kernelgen that creates Optuna studies. A study may live in any SQLAlchemy URL, so
 several processes or hosts can work on one study: each asks for configs nobody has evaluated or is
-evaluating. Every evaluated config is one trial carrying its ``Measurement`` in user attributes.
+evaluating. Every evaluated config is one trial carrying its ``Measurement`` in user attributes. A tuning
+opens its database's Optuna storage once (``StudyStorage``) for all its studies, and a driver error raised
+inside Optuna reaches the caller as kernelgen's one-line ``DatabaseError``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import time
@@ -20,7 +23,8 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import Trial, TrialState
 
-from kernelgen.db.engine import CONNECT_TIMEOUT_S, SQLITE_BUSY_TIMEOUT_MS, parse_url, serialise_sqlite, shown
+from kernelgen.db.engine import (CONNECT_TIMEOUT_S, OPTUNA_POOL, SQLITE_BUSY_TIMEOUT_MS, database_error, parse_url,
+                                 pool_options, serialise_sqlite, shown)
 from kernelgen.db.locks import SCHEMA_LOCK, named_lock
 from kernelgen.errors import KernelgenError
 from kernelgen.ir.space import SearchSpace
@@ -108,27 +112,97 @@ def _shown(storage: str | None) -> str:
         return "an invalid URL"
 
 
-def _storage_lock(storage: str | None):
-    if storage is None:
-        return contextlib.nullcontext()
-    return named_lock(storage, SCHEMA_LOCK)
-
-
 def open_storage(storage: str | None) -> "optuna.storages.BaseStorage | None":
     """Optuna's RDBStorage at the URL ``storage`` (None: in memory), safe for several processes.
 
-    Call it under the database's schema lock (``Searcher`` does): RDBStorage creates its tables and stamps
+    Call it under the database's schema lock (``StudyStorage`` does): RDBStorage creates its tables and stamps
     its alembic version with check-then-write steps that two processes on a fresh database would both take
-    ("table ... already exists", "UniqueViolation alembic_version_pkc").
+    ("table ... already exists", "UniqueViolation alembic_version_pkc"). On a server its pool is
+    ``OPTUNA_POOL``: opening it holds two connections at once, the heartbeat thread one beside the search's.
     """
     if storage is None:
         return None
     backend = parse_url(storage).get_backend_name()
-    connect_args = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000} if backend == "sqlite" else \
-        {"connect_timeout": CONNECT_TIMEOUT_S} if backend == "postgresql" else {}
-    rdb = optuna.storages.RDBStorage(storage, engine_kwargs={"connect_args": connect_args})
+    if backend == "sqlite":
+        kwargs: dict[str, Any] = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}}
+    else:
+        kwargs = {"connect_args": {"connect_timeout": CONNECT_TIMEOUT_S} if backend == "postgresql" else {},
+                  **pool_options(OPTUNA_POOL)}
+    rdb = optuna.storages.RDBStorage(storage, engine_kwargs=kwargs)
     serialise_sqlite(rdb.engine)
     return rdb
+
+
+class StudyStorage:
+    """The Optuna storage of one database, opened on first use and shared by every study of a tuning (each
+    ``Searcher``, ``mark_best``), then closed: one engine and its bounded pool, where an RDBStorage per study
+    left an engine with idle connections behind each one until the garbage collector found it.
+
+    ``lock`` is the database's schema lock as a context manager factory (``lambda: db.lock(SCHEMA_LOCK)``), so
+    it is held on one of the tuning database's own connections; without it a short-lived connection holds it.
+    Table creation, study creation and warm-start queues are check-then-write steps, each run under it.
+    """
+
+    def __init__(self, url: str | None, lock: Callable[[], Any] | None = None) -> None:
+        self.url = url
+        self._lock = lock
+        self._rdb: Any = None
+        self._opened = False
+
+    def locked(self) -> Any:
+        """The database's schema lock (nothing to lock for an in-memory storage)."""
+        if self.url is None:
+            return contextlib.nullcontext()
+        return self._lock() if self._lock is not None else named_lock(self.url, SCHEMA_LOCK)
+
+    def storage(self) -> "optuna.storages.BaseStorage | None":
+        """The storage, opened on first use: call it under ``locked()``."""
+        if not self._opened:
+            self._rdb = open_storage(self.url)
+            self._opened = True
+        return self._rdb
+
+    def error(self, exc: BaseException) -> KernelgenError | None:
+        """``exc`` (raised inside Optuna) as kernelgen's one-line DatabaseError, or None when it is not a driver's."""
+        if self.url is None:
+            return None
+        try:
+            return database_error(exc, parse_url(self.url))
+        except KernelgenError as bad_url:
+            return bad_url
+
+    def close(self) -> None:
+        if self._rdb is not None:
+            self._rdb.engine.dispose()
+        self._rdb, self._opened = None, False
+
+    def __enter__(self) -> "StudyStorage":
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+def _as_storage(storage: "str | StudyStorage | None") -> StudyStorage:
+    return storage if isinstance(storage, StudyStorage) else StudyStorage(storage)
+
+
+def _database_errors(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Let a driver error raised inside Optuna leave a ``Searcher`` method as a one-line DatabaseError (a full
+    server: ``TooManyConnectionsError``, the environment's failure), never as a SQLAlchemy traceback."""
+    @functools.wraps(method)
+    def wrapper(self: "Searcher", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except KernelgenError:
+            raise
+        except Exception as exc:
+            storage = getattr(self, "_storage", None)  # None: __init__ failed before it opened anything
+            error = None if storage is None else storage.error(exc)
+            if error is None:
+                raise
+            raise error from None
+    return wrapper
 
 
 @dataclass(frozen=True)
@@ -145,13 +219,14 @@ class Searcher:
 
     ``ask`` returns a valid config that no trial of the study has evaluated or is evaluating, or None once
     the valid space is exhausted; ``tell`` records its measurement (failures included, as data). Several
-    Searchers may share one study through ``storage`` (a SQLAlchemy URL) and ``study_name``. One Searcher
-    is not thread-safe. ``superseded``: owner tokens whose RUNNING trials are stale at once (their lease on
-    this work was taken over: ``kernelgen.tune.claims``).
+    Searchers may share one study through ``storage`` (a SQLAlchemy URL, or a tuning's ``StudyStorage``) and
+    ``study_name``. One Searcher is not thread-safe. ``superseded``: owner tokens whose RUNNING trials are stale
+    at once (their lease on this work was taken over: ``kernelgen.tune.claims``).
     """
 
+    @_database_errors
     def __init__(self, space: SearchSpace, *, sampler: str = "auto", seed: int | None = None,
-                 storage: str | None = None, study_name: str | None = None,
+                 storage: "str | StudyStorage | None" = None, study_name: str | None = None,
                  warm_start: Sequence[Config] = (), objective_name: str = "time",
                  user_attrs: Mapping[str, Any] | None = None, superseded: Collection[str] = ()) -> None:
         self.space = space
@@ -160,16 +235,20 @@ class Searcher:
         self._sampler = make_sampler(sampler, self.domain, seed)
         self._pending: dict[Config, Trial] = {}
         self._penalise_failures = PENALISE_FAILURES and isinstance(self._sampler, ProjectedSampler)
+        self._storage = _as_storage(storage)
         # Processes opening one study at once: table creation, study creation and the warm-start queue are
         # each check-then-write, so they run under the database's schema lock (re-checked inside it).
-        with _storage_lock(storage):
+        with self._storage.locked():
             try:
-                self.study = optuna.create_study(storage=open_storage(storage), study_name=study_name,
+                self.study = optuna.create_study(storage=self._storage.storage(), study_name=study_name,
                                                  sampler=self._sampler, direction="minimize", load_if_exists=True)
             except KernelgenError:
                 raise
             except Exception as exc:  # bad URL, unreachable server, incompatible schema
-                raise KernelgenError(f"cannot open the Optuna study {study_name!r} at {_shown(storage)}: "
+                error = self._storage.error(exc)
+                if error is not None:
+                    raise error from None
+                raise KernelgenError(f"cannot open the Optuna study {study_name!r} at {_shown(self._storage.url)}: "
                                      f"{' '.join(str(exc).split())}") from exc
             if self.study.metric_names is None:
                 with warnings.catch_warnings():  # experimental in some Optuna versions; the name is cosmetic
@@ -198,11 +277,15 @@ class Searcher:
             if row in hist.seen:
                 continue
             hist.seen.add(row)
-            self.study.enqueue_trial(ParamValues.of(self.domain).params(row), skip_if_exists=True)
+            # Not Optuna's skip_if_exists: it skips params of any trial, failed ones included, so the config of a
+            # trial abandoned for the machine's failure (a full disk) would never be queued again. ``hist.seen``
+            # is the test that counts: configs evaluated or taken, read under the schema lock.
+            self.study.enqueue_trial(ParamValues.of(self.domain).params(row))
 
     def _history(self) -> History:
         return History.of(self.study, self.domain)
 
+    @_database_errors
     def ask(self) -> Config | None:
         for _ in range(16):
             hist = self._history()
@@ -224,6 +307,7 @@ class Searcher:
             return config
         return None
 
+    @_database_errors
     def tell(self, config: Config, measurement: Measurement) -> None:
         trial = self._pending.pop(Config(dict(config)), None)
         if trial is None:
@@ -247,6 +331,7 @@ class Searcher:
 
         _unless_finished(told, trial, "its measurement stands in kernelgen's records")
 
+    @_database_errors
     def abandon(self, config: Config) -> None:
         """Close an asked config without a measurement (the measurer raised); it may be asked again."""
         trial = self._pending.pop(Config(dict(config)), None)
@@ -255,6 +340,7 @@ class Searcher:
             _unless_finished(lambda: self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True), trial,
                              "nothing of it was kept")
 
+    @_database_errors
     def measurements(self) -> list[Measurement]:
         """Every measurement of the study in trial order (this and other workers, earlier runs)."""
         out = []
@@ -272,6 +358,7 @@ class Searcher:
         return None if best is None else (best.config, best.time.median)  # type: ignore[union-attr]
 
     @property
+    @_database_errors
     def n_evaluated(self) -> int:
         return len(self._history().rows)
 
@@ -287,19 +374,27 @@ def _unless_finished(update: Callable[[], None], trial: Trial, kept: str) -> Non
                     "config again); %s", trial.number, kept)
 
 
-def mark_best(storage: str, study_name: str, mark: Mapping[str, Any]) -> bool:
+def mark_best(storage: "str | StudyStorage", study_name: str, mark: Mapping[str, Any]) -> bool:
     """Set the study's ``ATTR_BEST`` user attribute to ``mark``; False (nothing done) when there is no such
     study (its records came from an import, or another database)."""
-    with _storage_lock(storage):
-        rdb = open_storage(storage)
-        try:
-            study = optuna.load_study(study_name=study_name, storage=rdb)
+    studies = _as_storage(storage)
+    try:
+        with studies.locked():
+            study = optuna.load_study(study_name=study_name, storage=studies.storage())
             study.set_user_attr(ATTR_BEST, dict(mark))
             return True
-        except KeyError:
-            return False
-        finally:
-            rdb.engine.dispose()  # type: ignore[union-attr]
+    except KeyError:
+        return False
+    except KernelgenError:
+        raise
+    except Exception as exc:
+        error = studies.error(exc)
+        if error is None:
+            raise
+        raise error from None
+    finally:
+        if studies is not storage:  # opened here for this one mark
+            studies.close()
 
 
 def _best(measurements: Sequence[Measurement]) -> Measurement | None:
@@ -361,5 +456,5 @@ def run_search(space: SearchSpace, measure: Callable[[Config], Measurement], *, 
     return SearchResult(tuple(evaluated), _best(searcher.measurements()), stop)
 
 
-__all__ = ["ATTR_BEST", "SAMPLERS", "STRATEGIES", "SearchResult", "Searcher", "make_sampler", "mark_best", "open_storage",
-           "run_search"]
+__all__ = ["ATTR_BEST", "SAMPLERS", "STRATEGIES", "SearchResult", "Searcher", "StudyStorage", "make_sampler", "mark_best",
+           "open_storage", "run_search"]

@@ -7,6 +7,7 @@ work) and the mechanics (threads, budgets, interruption) each stay small.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -162,7 +163,15 @@ def _search_worker(searcher: Any, lock: threading.Lock, state: SearchState, comm
                     searcher.abandon(config)
                 state.finish("interrupted")
                 return
-            record = commit(measurement)  # commit before tell: a kill in between loses nothing
+            try:
+                record = commit(measurement)  # commit before tell: a kill in between loses nothing
+            except BaseException:
+                # Not stored (the server full or gone): the config is to be measured again, by this process's
+                # next run or another process now, so its trial must not stay RUNNING under a live owner.
+                with lock, contextlib.suppress(Exception):
+                    searcher.abandon(config)
+                state.finish("interrupted")
+                raise
             if measurement.retryable:
                 # The machine failed (a full disk, no file descriptors): no verdict on this config, so the study
                 # does not count it as evaluated, and the search stops: every other config would fail alike.

@@ -25,11 +25,13 @@ from functools import partial
 from typing import Any
 
 from kernelgen.backends import get_backend
+from kernelgen.backends.clocks import clock_for
 from kernelgen.check import load
 from kernelgen.check.baselines import contestants
 from kernelgen.check.measure import TimingPolicy
 from kernelgen.check.worker import InProcessMeasurer, IsolatedMeasurer
 from kernelgen.db import open_db
+from kernelgen.db.locks import SCHEMA_LOCK
 from kernelgen.db.verdict import NO_VERDICT, is_refused, note_of, rounds_tag
 from kernelgen.errors import NoTemplateError
 from kernelgen.ir.graph import Graph
@@ -42,7 +44,7 @@ from kernelgen.tune.claims import LeaseLost, Progress, hold
 from kernelgen.tune.confirm import CONFIRM_ROUNDS, Confirmation, Finalist, commit_confirmation, confirm
 from kernelgen.tune.manifest import workload_implementations
 from kernelgen.tune.preflight import check_budget, usable_implementations
-from kernelgen.tune.search import mark_best
+from kernelgen.tune.search import StudyStorage, mark_best
 from kernelgen.tune.trial_loop import (ENVIRONMENT_STOP, FunctionMeasurer, SearchState, TrialEvent, is_confirmation,
                                        pick_winner, run_workers)
 from kernelgen.version import __version__
@@ -135,7 +137,7 @@ def study_attrs(graph: Graph, impl: Implementation, target: Target, name: str | 
             "signature": [s.to_json() for s in graph.signature]}
 
 
-class _Recorder:
+class Recorder:
     """Turns measurements into records for one (graph, implementation, target) and commits them."""
 
     def __init__(self, db: Any, graph: Graph, impl: Implementation, target: Target, name: str | None) -> None:
@@ -171,6 +173,7 @@ class _Options:
     measure: Callable[[Implementation, Config], Measurement] | None = None
     time_eager: bool = False
     name: str | None = None
+    studies: Any = None  # the database's Optuna storage (StudyStorage), opened by tune_graph for all its studies
     progress: Progress = field(default_factory=Progress)  # the work's leases renew while it advances (tune.claims)
 
 
@@ -209,9 +212,10 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
                               f"(ops: {', '.join(sorted(graph.ops() - {'input'}))})"
                               + (f"; {'; '.join(unusable)}" if unusable else ""))
     opts = _Options(trials, seconds, patience, sampler, workers, seed, isolate, timeout,
-                    _threads_free_here(policy or TimingPolicy()) if measure is None else policy or TimingPolicy(),
+                    _threads_free_here(policy or TimingPolicy(), get_backend(backend).tensor_device())
+                    if measure is None else policy or TimingPolicy(),
                     retune, on_trial, measure, time_eager, name or None,
-                    progress or Progress(patience_s=3 * timeout))  # a build and a run, each within the timeout
+                    progress=progress or Progress(patience_s=3 * timeout))  # a build and a run, each within the timeout
     own_db = db is None
     if own_db:
         db = open_db()
@@ -224,6 +228,9 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
             if own_db:
                 db.close()
             raise
+    # One Optuna storage for every study of this call, its schema lock taken on the database's own connections:
+    # with an RDBStorage per study, each left an engine and its idle connections behind (kernelgen.db.engine).
+    opts.studies = StudyStorage(db.optuna_storage_url, lock=lambda: db.lock(SCHEMA_LOCK))
     try:
         result = TuneResult(graph=graph, backend=backend, target=target, best=None, trials=[], measured=0,
                             name=name or "")
@@ -265,7 +272,7 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
         result.best = db.best(graph.workload_key, target.fingerprint,
                               implementations={impl.name: impl.source_hash() for impl in impls})
         if result.measured:
-            _mark_studies(db, graph, impls, target, opts.name, result.best)
+            _mark_studies(db, graph, impls, target, opts, result.best)
         if rounds is not None:
             result.eager = rounds[0].eager
             _log_rounds(graph, rounds[0])
@@ -278,6 +285,7 @@ def tune_graph(graph: Graph, *, backend: str = "cpp", db: Any = None, trials: in
         if stopped:  # said beside the result: the rerun, once the resource is back, completes the tuning
             result.note = f"{stopped[0]} (no config was judged by it)"
     finally:
+        opts.studies.close()
         if own_db:
             db.close()
     result.seconds = time.monotonic() - start
@@ -293,7 +301,7 @@ def _taken_over(lost: LeaseLost, name: str) -> None:
     log.warning("kernelgen tune: %s", lost)
 
 
-def _mark_studies(db: Any, graph: Graph, impls: Sequence[Implementation], target: Target, name: str | None,
+def _mark_studies(db: Any, graph: Graph, impls: Sequence[Implementation], target: Target, opts: "_Options",
                   best: TuningRecord | None) -> None:
     """Mark each implementation's study with what dispatch runs of it (``search.ATTR_BEST``) and whether that
     is the workload's verdict: the dashboard's "best trial" is one lucky sample, this is the verdict."""
@@ -302,7 +310,7 @@ def _mark_studies(db: Any, graph: Graph, impls: Sequence[Implementation], target
             db.best(graph.workload_key, target.fingerprint, implementations={impl.name: impl.source_hash()})
         if mine is None:
             continue
-        mark_best(db.optuna_storage_url, study_name(graph, impl, target, name), {
+        mark_best(opts.studies, study_name(graph, impl, target, opts.name), {
             "config": mine.config.to_json(), "time": mine.measurement.time.median,  # type: ignore[union-attr]
             "record_id": mine.record_id, "implementation": mine.implementation, "evidence": mine.evidence.name,
             "workload_best": best is not None and mine.record_id == best.record_id})
@@ -317,14 +325,15 @@ def _declared_since(db: Any, graph: Graph, impls: Sequence[Implementation], targ
             if r.evidence is Evidence.DECLARED and r.provenance.created_at >= since]
 
 
-def _threads_free_here(policy: TimingPolicy) -> TimingPolicy:
+def _threads_free_here(policy: TimingPolicy, device: str = "cpu") -> TimingPolicy:
     """``policy`` with as many timing threads as there are CPUs not held by other work, when it leaves the
     thread count to the machine: a thread sharing a CPU with another process makes every barrier of an
     OpenMP kernel wait a time slice, and the timings measure that wait (``load.cpus_busy_elsewhere``). Each
-    record keeps the thread count it was timed with."""
+    record keeps the thread count it was timed with. Kernels on ``device`` whose clock the host's load does not
+    enter (a GPU's events, ``kernelgen.backends.clocks``) keep ``policy`` as it is."""
     from dataclasses import replace
 
-    if policy.threads is not None:
+    if policy.threads is not None or not clock_for(device).host_bound:
         return policy
     threads = policy.resolved_threads()
     busy = load.cpus_busy_elsewhere() if threads > 1 else 0
@@ -365,8 +374,9 @@ def _showdown(db: Any, graph: Graph, records: Sequence[TuningRecord], winners: l
               impls: Sequence[Implementation], target: Target,
               opts: "_Options") -> tuple[Confirmation[Any], list[TuningRecord]]:
     """Re-measure every implementation's winner and default (and eager) in interleaved rounds and declare
-    the fastest; ties go to a default, then to the smallest implementation name, so the verdict is
-    deterministic and never slower than the default of its implementation."""
+    the fastest; ties go to a default (ATen's ops are one: their only config), and a margin within the rounds'
+    spread is a tie (``confirm.round_spread``), then to the smallest implementation name, so the verdict is
+    deterministic and never measurably slower than a default."""
     from contextlib import ExitStack
 
     by_name = {impl.name: impl for impl in impls}
@@ -385,7 +395,7 @@ def _showdown(db: Any, graph: Graph, records: Sequence[TuningRecord], winners: l
         baselines = contestants(measurers[entries[0][0]]) if opts.time_eager else None
         conf = confirm(finalists, lambda e: (e[0], e[1].key()), references=baselines)
     opts.progress.check()  # a holder that lost its lease while confirming commits nothing
-    recorders = {name: _Recorder(db, graph, by_name[name], target, opts.name) for name in measurers}
+    recorders = {name: Recorder(db, graph, by_name[name], target, opts.name) for name in measurers}
     committed = commit_confirmation(conf, True, lambda e, m, ev: recorders[e[0]].commit(m, ev),
                                     f"the winners of {len(winners)} implementations")
     return conf, committed
@@ -418,7 +428,7 @@ def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Ta
                          declare: bool) -> _Outcome:
     """Search, then re-measure the top configs; with ``declare`` (the graph's only implementation) the
     winner is committed as the tuner's verdict, else it goes on to the showdown between implementations."""
-    recorder = _Recorder(db, graph, impl, target, opts.name)
+    recorder = Recorder(db, graph, impl, target, opts.name)
     prior = db.trials(graph.workload_key, target.fingerprint, implementation=impl.name,
                       implementation_hash=recorder.fields["implementation_hash"])
     confirmations = [r for r in prior if is_confirmation(r)]
@@ -454,7 +464,7 @@ def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Ta
 
     state = SearchState(known, trials=opts.trials, seconds=opts.seconds, patience=opts.patience,
                         on_trial=opts.on_trial, measured_elsewhere=measured_elsewhere)
-    storage = db.optuna_storage_url
+    storage = opts.studies
     make_measurer = _measurer_factory(impl, opts)
     progress = opts.progress
     # superseded: the owners whose lease on this work this process took over, whose RUNNING trials are stale
@@ -488,8 +498,9 @@ def _tune_implementation(db: Any, graph: Graph, impl: Implementation, target: Ta
                 if default in trials and default not in chosen:
                     chosen.append(default)  # re-measured alongside, so "speedup over default" compares like with like
                 with make_measurer() as measurer:
-                    # The default too: if it re-measures fastest, it wins. Ties (within TIE_TOLERANCE) go to it as
-                    # well, so a config replaces the default only when it is measurably faster, not on noise.
+                    # The default too: if it re-measures fastest, it wins. Ties (within the rounds' spread,
+                    # confirm.round_spread) go to it as well, so a config replaces the default only when it is
+                    # measurably faster, not on noise.
                     conf = confirm([Finalist(c, partial(measurer.measure, c), trials[c], c == default) for c in chosen],
                                    lambda c: c.key(),
                                    references=contestants(measurer) if declare and opts.time_eager else None)
@@ -566,5 +577,5 @@ def tune_workload(workload: Any, *, db: Any = None, trials: int | None = None, s
     return results
 
 
-__all__ = ["CONFIRM_ROUNDS", "TrialEvent", "TuneResult", "check_budget",
+__all__ = ["CONFIRM_ROUNDS", "Recorder", "TrialEvent", "TuneResult", "check_budget",
            "is_confirmation", "study_attrs", "study_name", "tune_graph", "tune_workload"]

@@ -4,6 +4,7 @@ with resource reports that grow with tiles and stages and reject what does not f
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 import os
 
 import pytest
@@ -160,3 +161,43 @@ def test_float64_gemm_and_libm_formulas_compile_for_gpus(arch, monkeypatch):
         pytest.skip(str(exc))
     assert all(isinstance(r, ResourceReport) for r in reports), reports
     assert not [r.violations(target) for r in reports if r.violations(target)]
+
+
+@dataclass
+class _Capture:
+    graph: object
+
+
+class _GpuBackend:
+    """The Triton backend as it is on an H100/H200: a CUDA target (no GPU needed to decide families)."""
+
+    name = "triton"
+
+    def target(self):
+        return Target.gpu("sm_90")
+
+
+FAMILY_CASES = {  # (function, values at one batch size, the family's untuned implementation)
+    "pointwise": (lambda x, b: F.gelu(x + b), (torch.empty(8, 24), torch.empty(24)), "pointwise"),
+    "reduction": (lambda x, w, b: F.layer_norm(x, (40,), w, b), (torch.empty(8, 40), torch.empty(40),
+                                                                 torch.empty(40)), "reduction"),
+    "vendor-gemm": (lambda x, w, b: F.relu(F.linear(x, w, b)),
+                    (torch.empty(8, 16, dtype=torch.bfloat16), torch.empty(8, 16, dtype=torch.bfloat16),
+                     torch.empty(8, dtype=torch.bfloat16)), "aten_gemm"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FAMILY_CASES))
+def test_shape_families_form_for_a_gpu_target(case):
+    """On the H200 ``explain()`` had no bucket for CUDA tensors: the batch size ``n0`` a shape-generic kernel takes
+    after its tensors was missing from the ahead-of-time signature, so every config failed that check, no template
+    was shape-generic on a GPU target and no family formed (the interpreter's target skips the check)."""
+    from kernelgen.runtime.dynamic import family_graph
+    from kernelgen.runtime.families import Family
+
+    fn, values, first = FAMILY_CASES[case]
+    got = family_graph(lambda vals: _Capture(kernelgen.trace(fn, *vals)), values, (0,))
+    assert got is not None
+    family = Family.create(got[0], got[1], _GpuBackend(), lambda *_: None)
+    assert family is not None, "no implementation is shape-generic on sm_90"
+    assert family.impl.name == first

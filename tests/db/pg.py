@@ -71,8 +71,9 @@ class Cluster:
             self._root = None
 
 
-def start() -> Cluster | str:
-    """Start a cluster (or use ``KERNELGEN_TEST_PG_URL``); on failure return the reason as a string."""
+def start(max_connections: int = 60) -> Cluster | str:
+    """Start a cluster (or use ``KERNELGEN_TEST_PG_URL``, whatever its limit); on failure return the reason as a
+    string. ``max_connections``: the server's limit on connections, every client's together."""
     external = os.environ.get("KERNELGEN_TEST_PG_URL")
     if external:
         return Cluster(external)
@@ -96,7 +97,7 @@ def start() -> Cluster | str:
             raise RuntimeError(f"initdb failed: {(init.stderr or init.stdout).strip().splitlines()[-1:]}")
         # A throw-away cluster: durability off makes CREATE DATABASE and commits fast.
         options = (f"-h 127.0.0.1 -p {port} -k {root} -c fsync=off -c synchronous_commit=off "
-                   "-c full_page_writes=off -c max_connections=60")
+                   f"-c full_page_writes=off -c max_connections={max_connections}")
         started = subprocess.run([*prefix, pg_ctl, "-D", str(data), "-l", str(root / "log"), "-w", "-t", "60",
                                   "-o", options, "start"], capture_output=True, text=True, timeout=120)
         if started.returncode != 0:

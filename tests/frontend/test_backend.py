@@ -471,3 +471,29 @@ def test_rotary_backward_with_tensors_made_on_a_device_runs_kernels():
     torch.testing.assert_close(got, want.detach())
     torch.testing.assert_close(got_grad, x.grad)
     assert all(s.runs.get("kernel", 0) == s.regions > 0 for s in graphs), [s.as_dict() for s in graphs]
+
+
+def test_a_graph_whose_every_region_fails_runs_as_plain_aten_ops(monkeypatch, caplog):
+    """Issue 31: a graph whose regions all failed their checks replayed each region's sub-graph through a region call
+    (a call and an interpreted sub-graph beyond its ops), costing more than eager; after its first call it runs as
+    the plain ATen graph, with eager's values, and says so once."""
+    import logging
+
+    from kernelgen.check import verdicts
+    from kernelgen.ir.values import Status
+
+    monkeypatch.setattr(verdicts, "check", lambda *a, **k: verdicts.Verdict(Status.WRONG_RESULT, "planted"))
+
+    def fn(x, b):
+        return F.gelu(x + b).sum(-1) * 2, (x * b).softmax(-1)
+
+    x, b = torch.randn(64, 128), torch.randn(128)
+    with dynamo_backend.collect() as graphs, caplog.at_level(logging.WARNING, logger="kernelgen"):
+        compiled = torch.compile(fn, backend="kernelgen")
+        for _ in range(3):
+            got, want = compiled(x, b), fn(x, b)
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g, w)
+    (graph,) = graphs
+    assert graph.regions >= 1 and graph.runs == {"eager": graph.regions}  # only the first call went through them
+    assert sum("could run a kernel here" in r.getMessage() for r in caplog.records) == 1

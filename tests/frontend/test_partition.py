@@ -49,7 +49,8 @@ def test_layer_norm_region_keeps_its_three_outputs_together():
     regions, found = regions_of(lambda x, w, b: F.layer_norm(x, (8,), w, b).relu(),
                                 torch.randn(4, 8), torch.randn(8), torch.randn(8))
     (template, ops), = regions
-    assert template == "reduction" and aten.var_mean.correction in ops and ops[-1] == aten.relu.default
+    # the backend keeps layer norm's forward whole (eager's overflow rows: kernelgen.frontend.decompositions)
+    assert template == "reduction" and ops == [aten.native_layer_norm.default, aten.relu.default]
     assert len(found.regions[0].outputs) == 1  # mean and rstd are not read outside
     assert not [n for n in found.left if n.target is not aten.view.default]
 

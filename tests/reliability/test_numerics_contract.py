@@ -64,3 +64,48 @@ def test_gelu_at_infinity_is_eagers_scalar_path(approximate: str) -> None:
         got = fast(x)
         assert got[0].item() == scalar[0] == float("inf")
         assert got[1].isnan() and torch.tensor(scalar[1]).isnan()
+
+
+def _overflowing_rows(dtype: torch.dtype) -> torch.Tensor:
+    """Rows of the dtype's largest value, of +-that value, one row with a single 2**70 among normals, and a
+    row of normals: eager's float32 moments overflow on the first three."""
+    big = torch.finfo(dtype).max
+    x = torch.randn(4, 256, generator=torch.Generator().manual_seed(0))
+    x[0] = big
+    x[1] = big
+    x[1, ::2] = -big
+    x[2, 100] = 2.0 ** 70
+    return x.to(dtype)
+
+
+def _layer_norm(x, w, b):
+    return F.layer_norm(x, (x.shape[-1],), w, b).relu()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("path", ["compile", "backend"])
+def test_layer_norm_of_overflowing_rows_is_nan_as_in_eager(dtype: torch.dtype, path: str) -> None:
+    """Eager's CPU layer norm computes a row's moments in float32 and has no statistics for a row holding a value
+    of 2**64 or more: NaN for rows of +-FLT_MAX, NaN or zeros (by where the value sits among its vector lanes) for
+    one huge value. kernelgen gives such rows NaN, in ``kernelgen.compile`` and through the backend alike (which
+    gave 0.0: its decomposed ``var_mean`` stayed finite), and every other row eager's values."""
+    from kernelgen.frontend import dynamo_backend
+
+    x = _overflowing_rows(dtype)
+    g = torch.Generator().manual_seed(1)
+    w, b = torch.randn(256, generator=g).to(dtype), torch.randn(256, generator=g).to(dtype)
+    want = _layer_norm(x, w, b)
+    if path == "compile":
+        fast = kernelgen.compile(_layer_norm)
+        got = fast(x, w, b)
+        assert fast.explain(x, w, b)["implementation"] == "reduction"
+    else:
+        torch._dynamo.reset()
+        with dynamo_backend.collect() as graphs:
+            got = torch.compile(_layer_norm, backend="kernelgen")(x, w, b)
+        assert sum(s.runs.get("kernel", 0) for s in graphs) >= 1  # a kernel computed it, not eager's replay
+    assert want[:2].isnan().all()  # eager: rows of +-max are NaN
+    # eager's row with one huge value: NaN, or no normalised value left (zeros times w, plus b)
+    assert want[2].isnan().all() or torch.equal(want[2], b.relu())
+    assert got[:3].isnan().all()
+    torch.testing.assert_close(got[3], want[3], equal_nan=False)

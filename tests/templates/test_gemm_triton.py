@@ -109,3 +109,28 @@ def test_nan_and_inf_in_operands_propagate_like_eager(config):
     compiled = kernelgen.compile(fn, backend="triton")  # and through the dispatcher
     torch.testing.assert_close(compiled(x, w, b), fn(x, w, b), atol=1e-4, rtol=1e-4, equal_nan=True)
     assert compiled.explain(x, w, b)["implementation"] == "aten_gemm"  # untuned: ATen matmul + Triton epilogue
+
+
+@pytest.mark.parametrize("dtype", [pytest.param(torch.bfloat16, marks=pytest.mark.skipif(
+    DEVICE == "cpu", reason="bf16 tl.dot is wrong in Triton's interpreter; runs on a GPU")), torch.float16],
+    ids=["bfloat16", "float16"])
+def test_low_precision_gemm_cast_up_passes_the_check_that_judges_it_as_low_precision(dtype):
+    """Issue 31, item 1, under the interpreter: a bf16/fp16 GEMM whose result is cast to float32 is as close to
+    the exact values as eager's own GEMM in that dtype (``kernelgen.check.compare.judge``), where the float32 row
+    of the old table refused eager's own answer; a dropped term of its K=1024 sum is not."""
+    from kernelgen.check.compare import judge
+
+    g = torch.Generator().manual_seed(0)
+    x, w = (torch.randn(32, 1024, generator=g).to(dtype).to(DEVICE), torch.randn(1024, 32, generator=g).to(dtype).to(DEVICE))
+    fn = lambda x, w: (x @ w).float()  # noqa: E731
+    graph = kernelgen.trace(fn, x, w)
+    template, problem = match(graph)
+    target = get_backend("triton").target()
+    kernel = get_backend("triton").compile(template.render(problem, SMALL, target))
+    out = torch.full((32, 32), float("nan"), device=DEVICE)
+    kernel(x, w, out)
+    exact, eager = (evaluate(graph, [x, w], precision=p)[0] for p in ("exact", "eager"))
+    assert judge(out, exact, eager, "float32") is None
+    assert judge(fn(x, w), exact, eager, "float32") is None  # eager's own answer
+    dropped = out - (x[:, :1].float() @ w[:1].float())
+    assert judge(dropped, exact, eager, "float32") is not None

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
+import sys
+import time
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -61,3 +65,56 @@ class Uncapturable(nn.Module):
 
 def uncapturable():
     return Uncapturable(), torch.randn(4, 4)
+
+
+# --- factories and models that do not return: each must end kernelgen in one line naming it -------------------
+
+class Boom(BaseException):
+    """Not an ``Exception``: what a framework's own control flow may raise."""
+
+
+def exits():
+    sys.exit(0)
+
+
+def exits_3():
+    sys.exit(3)
+
+
+def booms():
+    raise Boom("the factory gave up")
+
+
+def interrupted():
+    raise KeyboardInterrupt
+
+
+class Exits(nn.Module):
+    def forward(self, x):
+        sys.exit(0)
+
+
+def exiting_forward():
+    return Exits(), torch.randn(4, 4)
+
+
+def hangs():
+    while True:
+        time.sleep(0.2)
+
+
+def hangs_in_c():
+    """Deadlocks in C (glibc: relocking a default pthread mutex): no Python signal handler or exception ever runs."""
+    libc, mutex = ctypes.CDLL(None), ctypes.create_string_buffer(64)  # zeros: PTHREAD_MUTEX_INITIALIZER
+    libc.pthread_mutex_lock(mutex)
+    libc.pthread_mutex_lock(mutex)
+
+
+class Hangs(nn.Module):
+    def forward(self, x):
+        while True:
+            time.sleep(0.2)
+
+
+def hanging_forward():
+    return Hangs(), torch.randn(4, 4)

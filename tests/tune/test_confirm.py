@@ -95,3 +95,37 @@ def test_a_baseline_that_cannot_compile_is_skipped_with_its_reason_and_the_round
     (ref,) = conf.references
     assert ref.time is None and ref.message == "torch.compile failed: InductorError: no C++ compiler"
     assert conf.results[conf.winner][0] == "a" and not conf.doubt
+
+
+def test_a_winner_within_the_rounds_spread_of_the_default_leaves_the_default() -> None:
+    """3% faster at its best round, but its two best rounds are 4% apart: more rounds, then the default is the
+    verdict."""
+    from kernelgen.tune.confirm import round_spread
+
+    log: list[str] = []
+    noisy = [0.97, 1.03, 1.01, 1.05, 1.02, 1.04]
+    finalists = [_finalist(log, "tuned", noisy, trial=1.0),
+                 _finalist(log, "default", [1.00, 1.06, 1.02, 1.08, 1.04, 1.01], trial=1.0, default=True)]
+    conf = confirm(finalists, str)
+    assert round_spread([Measurement(Config(), Status.OK, _stats(t)) for t in noisy]) > 1.00 / 0.97 - 1
+    assert conf.rounds == MAX_ROUNDS  # more rounds were taken before giving up on the margin
+    assert conf.results[conf.winner][0] == "default" and not conf.doubt
+    assert "the default stays" in conf.caveat
+
+
+def test_a_winner_clearly_beyond_the_spread_replaces_the_default() -> None:
+    log: list[str] = []
+    finalists = [_finalist(log, "tuned", [0.50, 0.53, 0.51] * 2, trial=0.5),
+                 _finalist(log, "default", [1.00, 1.06, 1.02] * 2, trial=1.0, default=True)]
+    conf = confirm(finalists, str)
+    assert conf.rounds == CONFIRM_ROUNDS and conf.results[conf.winner][0] == "tuned" and not conf.caveat
+
+
+def test_aten_as_a_default_of_the_showdown_is_kept_against_a_kernel_within_the_spread() -> None:
+    """In the verdict's rounds the graph's ATen ops are a default too (their one config): a kernel replaces them only
+    by a margin the rounds can show."""
+    log: list[str] = []
+    finalists = [_finalist(log, "pointwise", [0.98, 1.05, 1.04, 1.06, 1.01, 1.05], trial=1.0),
+                 _finalist(log, "aten", [1.00, 1.02, 1.05, 1.03, 1.01, 1.04], trial=1.0, default=True)]
+    conf = confirm(finalists, str)
+    assert conf.results[conf.winner][0] == "aten"
