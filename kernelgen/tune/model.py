@@ -274,18 +274,42 @@ def _tune_region(tune: Callable[..., Any], region: ModelRegion, spec: ModelSpec,
 
 
 def speedup_over_aten(db: Any, best: Any, target: Any) -> float | None:
-    """The region's ATen time over its record's, both from the record's own confirmation rounds."""
+    """The region's ATen time over its record's, from confirmation rounds that timed them side by side: the
+    record's own rounds when the ATen ops (or eager, as their reference) ran in them.
+
+    Else the record is a finalist of its implementation's own rounds, which the ATen ops never join: dispatch runs
+    the fastest confirmed finalist when the verdict's rounds between implementations refused to declare (their
+    leader's time in doubt). Those verdict rounds did time the ATen ops beside that implementation's winner, a
+    config the record's rounds timed too: the ratio goes through it, ATen over it in the verdict's rounds times
+    it over the record in the record's rounds (the newest such rounds; the winner may be the record's own config,
+    or the default its rounds kept within their spread). None when no rounds timed the ATen ops beside either."""
     if best.implementation == ATEN:
         return 1.0
     mine = best.measurement.time.median if best.measurement.time is not None else None
     tag = rounds_tag(best)
     if not mine or tag is None:
         return None
-    for record in db.trials(best.workload_key, target.fingerprint, implementation=ATEN):
-        if rounds_tag(record) == tag and record.measurement.ok and record.measurement.time is not None:
-            return record.measurement.time.median / mine
+    aten = {rounds_tag(r): r.measurement.time.median
+            for r in db.trials(best.workload_key, target.fingerprint, implementation=ATEN) if _timed(r)}
+    if tag in aten:
+        return aten[tag] / mine
     eager = next((ref.time for ref in best.measurement.references if ref.name == "eager" and ref.time), None)
-    return None if eager is None else eager.median / mine
+    if eager is not None:
+        return eager.median / mine
+    ours = [r for r in db.trials(best.workload_key, target.fingerprint, implementation=best.implementation,
+                                 implementation_hash=best.implementation_hash) if _timed(r)]
+    in_mine = {r.config: r.measurement.time.median for r in ours if rounds_tag(r) == tag}
+    for bridge in reversed(ours):  # oldest first: the newest rounds beside the ATen ops first
+        other = rounds_tag(bridge)
+        if other != tag and other in aten and bridge.config in in_mine:
+            return aten[other] / bridge.measurement.time.median * in_mine[bridge.config] / mine
+    return None
+
+
+def _timed(record: Any) -> bool:
+    """An ok record of some confirmation rounds, with a time to divide by."""
+    t = record.measurement.time
+    return record.measurement.ok and t is not None and t.median > 0 and rounds_tag(record) is not None
 
 
 def _check_now(impls: list, best: Any, backend: str) -> None:

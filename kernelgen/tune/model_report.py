@@ -2,9 +2,10 @@
 
 The model is captured and one step profiled now (``kernelgen.tune.model.capture``): its distinct regions with
 their share of eager's step; then, per region, the record dispatch runs (``TuningDB.best`` over the same
-candidates dispatch has) and its speedup over the region's own ATen ops, measured in the verdict's confirmation
-rounds (the ``aten`` candidate's record of those rounds, else the eager reference they timed). The total: eager's
-step beside the kernelgen step run with those records, both timed now.
+candidates dispatch has) and its speedup over the region's own ATen ops, measured in the record's confirmation
+rounds (the ``aten`` candidate's record of those rounds, else the eager reference they timed; for a finalist of its
+implementation's own rounds, through the winner those rounds sent to the verdict's: ``speedup_over_aten``). The
+total: eager's step beside the kernelgen step run with those records, both timed now.
 """
 
 from __future__ import annotations

@@ -87,6 +87,47 @@ def test_tuned_model_runs_its_records_in_a_later_process_with_zero_measurements(
     assert fresh["max_err"] < 1e-4
 
 
+def test_speedup_over_aten_comes_from_rounds_that_timed_both_side_by_side(tmp_path):
+    """After the verdict's rounds between implementations refused to declare (their leader in doubt, common for
+    microsecond kernels on a busy machine), dispatch runs the fastest confirmed finalist, which may come from its
+    implementation's own rounds, where the ATen ops never ran: its speedup goes through the implementation's
+    winner, timed in both rounds (it was None, and report --model showed a tuned region without one)."""
+    from types import SimpleNamespace
+
+    from kernelgen.ir.values import Evidence
+    from kernelgen.tune.model import speedup_over_aten
+    from tests.db.factories import TARGET, record
+
+    db = open_db(f"sqlite:///{tmp_path / 'rounds.sqlite'}")
+    at = iter(range(100))
+
+    def rounds(tag: str, implementation: str, config: dict, median: float, refused: bool = False):
+        message = f"confirmed: fastest round median of 6 interleaved rounds (rounds {tag}) against the top 3 configs"
+        r = record(implementation=implementation, implementation_hash="h-" + implementation, config=config,
+                   median=median, message=message + ("; no verdict: in doubt" if refused else ""),
+                   evidence=Evidence.CONFIRMED, created_at=1_700_000_000.0 + next(at))
+        db.commit(r)
+        return r
+
+    default, other = {"block": 16384}, {"block": 4096}
+    target = SimpleNamespace(fingerprint=TARGET)
+    # the implementation's own rounds: the default kept within their spread, another config a hair faster
+    fastest = rounds("aaaaaaa1", "pointwise", other, 2.0e-6)
+    kept = rounds("aaaaaaa1", "pointwise", default, 2.2e-6)
+    assert speedup_over_aten(db, fastest, target) is None  # no rounds with the ATen ops yet
+    # the verdict's rounds, refused: the default beside the ATen ops
+    rounds("bbbbbbb2", "pointwise", default, 4.4e-6, refused=True)
+    rounds("bbbbbbb2", "aten", {}, 44e-6, refused=True)
+    assert speedup_over_aten(db, kept, target) == pytest.approx(44 / 4.4 * 2.2 / 2.2)
+    assert speedup_over_aten(db, fastest, target) == pytest.approx(44 / 4.4 * 2.2 / 2.0)
+    # rounds with the ATen ops of the record itself come first
+    own = rounds("ccccccc3", "pointwise", other, 3.0e-6)
+    rounds("ccccccc3", "aten", {}, 60e-6)
+    assert speedup_over_aten(db, own, target) == pytest.approx(20.0)
+    assert speedup_over_aten(db, rounds("ddddddd4", "aten", {}, 1e-5), target) == 1.0
+    db.close()
+
+
 def test_a_region_whose_candidates_all_fail_keeps_the_others(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(HERE))
     calls = []
