@@ -34,7 +34,9 @@ CONNECT_TIMEOUT_S = 5  # fail fast on an unreachable server
 # Connections to a server database, per engine and process: (pool_size: kept open between uses, max_overflow:
 # opened at a peak and closed after). SQLAlchemy's default, 5 + 10 per engine, and an engine per Optuna study
 # had one `kernelgen tune` hold 15-20 connections and a model's 32: five tuners filled a default server.
-TUNING_POOL = (2, 1)  # the tuning database: a model's region claim and a confirmation lock, held across a commit
+# The tuning database: an advisory lock held across a commit (the schema lock, or a model's whole-step check), and
+# a lease's renewal from its own thread (leases hold no connection between statements: kernelgen.db.leases).
+TUNING_POOL = (2, 1)
 TEAM_POOL = (1, 1)  # a read-only team database: reads only
 OPTUNA_POOL = (1, 1)  # Optuna's storage of the tuning database (kernelgen.tune.search): opening it takes two at once
 MAX_CONNECTIONS = sum(TUNING_POOL) + sum(OPTUNA_POOL)  # what one tuner process holds to its database, at most
