@@ -26,12 +26,12 @@ def url(tmp_path) -> str:
 
 def test_a_stuck_holder_lets_its_region_lapse_to_another_and_moves_on_when_it_comes_unstuck(url, monkeypatch):
     from kernelgen.tune import model
-    from kernelgen.tune.model_capture import ModelRegion
+    from kernelgen.tune.model_capture import Captured, ModelRegion
 
     monkeypatch.setenv(claims.LEASE_ENV, "0.2")
     monkeypatch.setattr(claims, "STALL_PERIODS", 5)  # stuck after 1 s without progress (and 3 timeouts of 0.3 s)
     region = ModelRegion(add_graph(), "pointwise", calls=1, aten_s=1e-3, share=1.0)
-    monkeypatch.setattr(model, "capture", lambda spec, db: ([region], 1e-3, []))
+    monkeypatch.setattr(model, "capture", lambda spec, db: Captured([region], 1e-3, [], None, None))
     entered, unstuck, calls = threading.Event(), threading.Event(), []
 
     def stuck_once(graph, **kwargs):  # the first call hangs (its renewal thread lives on), then it advances
@@ -47,14 +47,15 @@ def test_a_stuck_holder_lets_its_region_lapse_to_another_and_moves_on_when_it_co
 
     def holder() -> None:
         with open_db(url) as db:
-            results["a"] = tune_model(ModelSpec("fake:one"), db=db, trials=1, timeout=0.3, tune=stuck_once)
+            results["a"] = tune_model(ModelSpec("fake:one"), db=db, trials=1, timeout=0.3, tune=stuck_once,
+                                      check_step=False)
 
     a = threading.Thread(target=holder)
     a.start()
     assert entered.wait(60)
     start = time.monotonic()
     with open_db(url) as db:  # waits for the stuck holder's lease to lapse, then tunes the region
-        taker = tune_model(ModelSpec("fake:one"), db=db, trials=1, timeout=0.3,
+        taker = tune_model(ModelSpec("fake:one"), db=db, trials=1, timeout=0.3, check_step=False,
                            tune=lambda graph, **kwargs: calls.append("b") or _FakeResult(graph))
     took = time.monotonic() - start
     unstuck.set()
@@ -97,10 +98,10 @@ def test_a_taker_resumes_a_half_searched_region_instead_of_skipping_it(url, monk
     lost its lease is resumed: the search goes on, and is confirmed, by the taker."""
     from kernelgen.backends import get_backend
     from kernelgen.tune import model
-    from kernelgen.tune.model_capture import ModelRegion
+    from kernelgen.tune.model_capture import Captured, ModelRegion
 
     region = ModelRegion(add_graph(), "pointwise", calls=1, aten_s=1e-3, share=1.0)
-    monkeypatch.setattr(model, "capture", lambda spec, db: ([region], 1e-3, []))
+    monkeypatch.setattr(model, "capture", lambda spec, db: Captured([region], 1e-3, [], None, None))
     monkeypatch.setattr(model, "_searched", lambda *args: True)  # the stalled one had searched beyond the defaults
     calls = []
 
@@ -113,5 +114,5 @@ def test_a_taker_resumes_a_half_searched_region_instead_of_skipping_it(url, monk
         assert db.acquire_lease(f"model-search:{region.key}:{fingerprint}", "stalled", {"token": "t-old", "pid": 7},
                                 0.1).held
         time.sleep(0.2)
-        tune_model(ModelSpec("fake:one"), db=db, seconds=30, tune=fake_tune)
+        tune_model(ModelSpec("fake:one"), db=db, seconds=30, tune=fake_tune, check_step=False)
     assert calls == [(1, False, set()), (None, True, {"t-old"})]  # defaults, then the search it resumed
