@@ -180,8 +180,10 @@ def _eval_node(torch: Any, ops: dict, node: Node, values: list, inputs: Sequence
     if op == "matmul":
         return torch.matmul(args[0], args[1])
     if op == "attention":
+        grouped = args[0].dim() == 4 and args[1].shape[-3] != args[0].shape[-3]  # fewer key/value heads
         return torch.nn.functional.scaled_dot_product_attention(*args[:3], attn_mask=_float_mask(torch, args),
-                                                                is_causal=node.attr("causal"), scale=node.attr("scale"))
+                                                                is_causal=node.attr("causal"), scale=node.attr("scale"),
+                                                                **({"enable_gqa": True} if grouped else {}))
     if op == "attention_lse":
         # ATen's CPU flash op defines the statistic (fully hidden rows give 0): it is what the backward reads
         # (a CPU-only op: GPU tensors are evaluated on CPU copies, the statistic moved back)
