@@ -7,6 +7,13 @@ It is rewritten only when nothing else reads the scores or the probabilities: a 
 probabilities for the backward, so there the pattern stays as it is (materialising them is the point of it).
 The GPT-2 style ``where(mask, s, finfo.min)`` becomes the additive mask ``where(mask, 0, finfo.min)``: a kept
 score is unchanged and a hidden one is ``s + min``, which rounds to ``min`` as eager's fill does.
+
+Grouped-query attention written as Hugging Face's ``repeat_kv`` (each key/value head copied ``g`` times:
+``unsqueeze(x, 2) → expand [B, Hkv, g, T, D] → clone → view [B, Hkv·g, T, D]``) before the CPU flash op reads the
+un-copied ``x`` instead (``read_kv_groups``): the op takes K and V with fewer heads itself (query head ``h`` reads
+``h // g``, what SDPA's ``enable_gqa`` does), and so does the attention template, so the two copies of every layer's
+keys and values are not made. Only where nothing else reads the copies: a training forward saves them for the
+backward, so there they stay.
 """
 
 from __future__ import annotations
@@ -229,4 +236,51 @@ def _flash_nodes(graph: Any, bmm2: Any, bmm1: Any, scale: float, mask: tuple | N
         return out, add(aten.reshape.default, out, list(bmm2.meta["val"].shape))
 
 
-__all__ = ["fuse_written_attention"]
+_FLASH_CPU = "_scaled_dot_product_flash_attention_for_cpu"
+
+
+def _repeated(node: Any) -> tuple[Any, int] | None:
+    """``(x, g)`` where 4-D ``node`` is ``x`` ([B, Hkv, T, D]) with each head repeated ``g`` times (``repeat_kv``:
+    unsqueeze at dim 2, expand, a contiguous clone unless the result is a view already, view) and nothing else
+    reads the nodes between; else None."""
+    val = node.meta.get("val")
+    if not _is(node, "view", "_unsafe_view", "reshape") or val is None or val.dim() != 4 or len(node.users) != 1:
+        return None
+    chain = node.args[0]
+    if _is(chain, "clone") and len(chain.users) == 1:
+        chain = chain.args[0]
+    if not (_is(chain, "expand") and len(chain.users) == 1 and _is(chain.args[0], "unsqueeze")
+            and chain.args[0].args[1] in (2, -3) and len(chain.args[0].users) == 1):
+        return None
+    x = chain.args[0].args[0]
+    xv, ev = x.meta.get("val"), chain.meta.get("val")
+    if xv is None or ev is None or xv.dim() != 4 or ev.dim() != 5:
+        return None
+    b, hkv, g, t, d = ev.shape
+    if (b, hkv, t, d) != tuple(xv.shape) or tuple(val.shape) != (b, hkv * g, t, d) or g < 2:
+        return None
+    return x, int(g)
+
+
+def read_kv_groups(gm: Any) -> int:
+    """Point every CPU flash attention whose K and V are ``repeat_kv`` copies (``_repeated``, one group size) at the
+    un-copied tensors; returns how many. The copies' nodes are removed when nothing reads them any more."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        if not _is(node, _FLASH_CPU) or len(node.args) < 3:
+            continue
+        k, v = _repeated(node.args[1]), _repeated(node.args[2])
+        if k is None or v is None or k[1] != v[1]:
+            continue
+        q = node.args[0].meta.get("val")
+        if q is None or q.dim() != 4 or q.shape[1] != k[0].meta["val"].shape[1] * k[1]:
+            continue
+        node.args = (node.args[0], k[0], v[0], *node.args[3:])
+        count += 1
+    if count:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return count
+
+
+__all__ = ["fuse_written_attention", "read_kv_groups"]
