@@ -92,9 +92,10 @@ def _scaled_bmm(x: Any, chain: list, readers: int = 1) -> tuple | None:
     return bmm, scale
 
 
-def _scores(x: Any, chain: list) -> tuple | None:
-    """(bmm, scale, mask) where ``x`` is ``bmm`` viewed, scaled and masked; ``mask`` is ("add", node),
-    ("where", cond, fill) or None."""
+def _scores(x: Any, chain: list, depth: int = 0) -> tuple | None:
+    """(bmm, scale, mask) where ``x`` is ``bmm`` viewed, scaled and masked; ``mask`` is ("add", nodes) (one additive
+    mask or several added in turn: T5's decoder adds its position bias, then the causal mask), ("where", cond, fill)
+    or None."""
     if _is(x, "where") and len(x.args) == 3 and hasattr(x.args[0], "meta") and hasattr(x.args[1], "meta"):
         cond, s, fill = x.args
         if str(getattr(cond.meta.get("val"), "dtype", "")) != "torch.bool" or len(s.users) != 1:
@@ -107,7 +108,12 @@ def _scores(x: Any, chain: list) -> tuple | None:
         for s, other in (x.args, x.args[::-1]):
             found = _scaled_bmm(s, chain) if len(s.users) == 1 else None
             if found is not None:
-                return (*found, ("add", other))
+                return (*found, ("add", [other]))
+        for s, other in (x.args, x.args[::-1]):  # (scores + m1) + m2: scores + (m1 + m2)
+            inner = _scores(s, links := [], depth + 1) if depth < 3 and len(s.users) == 1 and _is(s, "add") else None
+            if inner is not None and inner[2] is not None and inner[2][0] == "add":
+                chain.extend([*links, s])
+                return (*inner[:2], ("add", [*inner[2][1], other]))
         return None
     found = _scaled_bmm(x, chain, readers=len(x.users))  # the softmax checked that only it reads x
     return None if found is None else (*found, None)
@@ -136,10 +142,11 @@ def _match(bmm2: Any) -> tuple | None:
     if mask is not None and mask[0] == "add":
         import torch
 
-        m = mask[1].meta.get("val")
-        if not isinstance(m, torch.Tensor) or m.dtype != x.meta["val"].dtype or m.dim() > 4 or \
-                torch.broadcast_shapes(tuple(m.shape), shape) != shape:
-            return None
+        for node in mask[1]:
+            m = node.meta.get("val")
+            if not isinstance(m, torch.Tensor) or m.dtype != x.meta["val"].dtype or m.dim() > 4 or \
+                    torch.broadcast_shapes(tuple(m.shape), shape) != shape:
+                return None
     return bmm1, scale, mask, shape
 
 
@@ -219,7 +226,9 @@ def _flash_nodes(graph: Any, bmm2: Any, bmm1: Any, scale: float, mask: tuple | N
         k = add(aten.permute.default, four_d(kt3), [0, 1, 3, 2])
         attn_mask = None
         if mask is not None and mask[0] == "add":
-            attn_mask = mask[1]
+            attn_mask = mask[1][0]
+            for other in mask[1][1:]:  # several additive masks: their sum (rounded once more than eager's)
+                attn_mask = add(aten.add.Tensor, attn_mask, other)
         elif mask is not None:
             dtype = q.meta["val"].dtype
             zero = add(aten.scalar_tensor.default, 0.0, dtype=dtype)

@@ -191,3 +191,17 @@ def test_a_mask_of_zeros_hides_nothing_and_the_attention_is_a_region():
 
     graphs = compiled(ones, *qkv())
     assert any("flash_attention" in op for op in graphs[0].left), graphs[0].as_dict()
+
+
+def test_t5_decoder_bias_then_causal_mask_is_one_attention_region():
+    # T5's written-out decoder attention: no scale, the relative position bias added, then the causal mask added
+    def fn(q, k, v, bias, causal):
+        s = torch.matmul(q, k.transpose(-1, -2))
+        s = s + bias
+        s = s + causal
+        return torch.matmul(torch.softmax(s.float(), dim=-1).type_as(s), v)
+
+    causal = torch.triu(torch.full((7, 7), torch.finfo(torch.float32).min), 1)[None, None]
+    causal[..., 3, :] = torch.finfo(torch.float32).min  # a query that sees nothing: uniform weights, as eager's
+    graphs = compiled(fn, *qkv(layout="bthd"), torch.randn(1, 3, 7, 7), causal)
+    assert graphs[0].templates["attention"] == 1 and "gemm" not in graphs[0].templates, graphs[0].as_dict()

@@ -93,4 +93,5 @@ def test_held_out_family_with_written_out_attention_matches_eager(name: str) -> 
     graphs = _compare(name, "infer", attention="eager")
     left = {op: reason for g in graphs for op, reason in g.left.items()}
     assert all(reason.startswith(ALLOWED) for reason in left.values()), left
-    assert sum(g.templates.get("attention", 0) for g in graphs) >= 2, [g.as_dict() for g in graphs]
+    attentions = {"t5": 6, "mistral": 2}[name]  # T5: encoder, decoder (bias + causal mask) and cross, 2 layers
+    assert sum(g.templates.get("attention", 0) for g in graphs) >= attentions, [g.as_dict() for g in graphs]
