@@ -7,6 +7,13 @@ It is rewritten only when nothing else reads the scores or the probabilities: a 
 probabilities for the backward, so there the pattern stays as it is (materialising them is the point of it).
 The GPT-2 style ``where(mask, s, finfo.min)`` becomes the additive mask ``where(mask, 0, finfo.min)``: a kept
 score is unchanged and a hidden one is ``s + min``, which rounds to ``min`` as eager's fill does.
+
+Grouped-query attention written as Hugging Face's ``repeat_kv`` (each key/value head copied ``g`` times:
+``unsqueeze(x, 2) → expand [B, Hkv, g, T, D] → clone → view [B, Hkv·g, T, D]``) before the CPU flash op reads the
+un-copied ``x`` instead (``read_kv_groups``): the op takes K and V with fewer heads itself (query head ``h`` reads
+``h // g``, what SDPA's ``enable_gqa`` does), and so does the attention template, so the two copies of every layer's
+keys and values are not made. Only where nothing else reads the copies: a training forward saves them for the
+backward, so there they stay.
 """
 
 from __future__ import annotations
@@ -85,9 +92,10 @@ def _scaled_bmm(x: Any, chain: list, readers: int = 1) -> tuple | None:
     return bmm, scale
 
 
-def _scores(x: Any, chain: list) -> tuple | None:
-    """(bmm, scale, mask) where ``x`` is ``bmm`` viewed, scaled and masked; ``mask`` is ("add", node),
-    ("where", cond, fill) or None."""
+def _scores(x: Any, chain: list, depth: int = 0) -> tuple | None:
+    """(bmm, scale, mask) where ``x`` is ``bmm`` viewed, scaled and masked; ``mask`` is ("add", nodes) (one additive
+    mask or several added in turn: T5's decoder adds its position bias, then the causal mask), ("where", cond, fill)
+    or None."""
     if _is(x, "where") and len(x.args) == 3 and hasattr(x.args[0], "meta") and hasattr(x.args[1], "meta"):
         cond, s, fill = x.args
         if str(getattr(cond.meta.get("val"), "dtype", "")) != "torch.bool" or len(s.users) != 1:
@@ -100,7 +108,12 @@ def _scores(x: Any, chain: list) -> tuple | None:
         for s, other in (x.args, x.args[::-1]):
             found = _scaled_bmm(s, chain) if len(s.users) == 1 else None
             if found is not None:
-                return (*found, ("add", other))
+                return (*found, ("add", [other]))
+        for s, other in (x.args, x.args[::-1]):  # (scores + m1) + m2: scores + (m1 + m2)
+            inner = _scores(s, links := [], depth + 1) if depth < 3 and len(s.users) == 1 and _is(s, "add") else None
+            if inner is not None and inner[2] is not None and inner[2][0] == "add":
+                chain.extend([*links, s])
+                return (*inner[:2], ("add", [*inner[2][1], other]))
         return None
     found = _scaled_bmm(x, chain, readers=len(x.users))  # the softmax checked that only it reads x
     return None if found is None else (*found, None)
@@ -129,10 +142,11 @@ def _match(bmm2: Any) -> tuple | None:
     if mask is not None and mask[0] == "add":
         import torch
 
-        m = mask[1].meta.get("val")
-        if not isinstance(m, torch.Tensor) or m.dtype != x.meta["val"].dtype or m.dim() > 4 or \
-                torch.broadcast_shapes(tuple(m.shape), shape) != shape:
-            return None
+        for node in mask[1]:
+            m = node.meta.get("val")
+            if not isinstance(m, torch.Tensor) or m.dtype != x.meta["val"].dtype or m.dim() > 4 or \
+                    torch.broadcast_shapes(tuple(m.shape), shape) != shape:
+                return None
     return bmm1, scale, mask, shape
 
 
@@ -212,7 +226,9 @@ def _flash_nodes(graph: Any, bmm2: Any, bmm1: Any, scale: float, mask: tuple | N
         k = add(aten.permute.default, four_d(kt3), [0, 1, 3, 2])
         attn_mask = None
         if mask is not None and mask[0] == "add":
-            attn_mask = mask[1]
+            attn_mask = mask[1][0]
+            for other in mask[1][1:]:  # several additive masks: their sum (rounded once more than eager's)
+                attn_mask = add(aten.add.Tensor, attn_mask, other)
         elif mask is not None:
             dtype = q.meta["val"].dtype
             zero = add(aten.scalar_tensor.default, 0.0, dtype=dtype)
@@ -229,4 +245,51 @@ def _flash_nodes(graph: Any, bmm2: Any, bmm1: Any, scale: float, mask: tuple | N
         return out, add(aten.reshape.default, out, list(bmm2.meta["val"].shape))
 
 
-__all__ = ["fuse_written_attention"]
+_FLASH_CPU = "_scaled_dot_product_flash_attention_for_cpu"
+
+
+def _repeated(node: Any) -> tuple[Any, int] | None:
+    """``(x, g)`` where 4-D ``node`` is ``x`` ([B, Hkv, T, D]) with each head repeated ``g`` times (``repeat_kv``:
+    unsqueeze at dim 2, expand, a contiguous clone unless the result is a view already, view) and nothing else
+    reads the nodes between; else None."""
+    val = node.meta.get("val")
+    if not _is(node, "view", "_unsafe_view", "reshape") or val is None or val.dim() != 4 or len(node.users) != 1:
+        return None
+    chain = node.args[0]
+    if _is(chain, "clone") and len(chain.users) == 1:
+        chain = chain.args[0]
+    if not (_is(chain, "expand") and len(chain.users) == 1 and _is(chain.args[0], "unsqueeze")
+            and chain.args[0].args[1] in (2, -3) and len(chain.args[0].users) == 1):
+        return None
+    x = chain.args[0].args[0]
+    xv, ev = x.meta.get("val"), chain.meta.get("val")
+    if xv is None or ev is None or xv.dim() != 4 or ev.dim() != 5:
+        return None
+    b, hkv, g, t, d = ev.shape
+    if (b, hkv, t, d) != tuple(xv.shape) or tuple(val.shape) != (b, hkv * g, t, d) or g < 2:
+        return None
+    return x, int(g)
+
+
+def read_kv_groups(gm: Any) -> int:
+    """Point every CPU flash attention whose K and V are ``repeat_kv`` copies (``_repeated``, one group size) at the
+    un-copied tensors; returns how many. The copies' nodes are removed when nothing reads them any more."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        if not _is(node, _FLASH_CPU) or len(node.args) < 3:
+            continue
+        k, v = _repeated(node.args[1]), _repeated(node.args[2])
+        if k is None or v is None or k[1] != v[1]:
+            continue
+        q = node.args[0].meta.get("val")
+        if q is None or q.dim() != 4 or q.shape[1] != k[0].meta["val"].shape[1] * k[1]:
+            continue
+        node.args = (node.args[0], k[0], v[0], *node.args[3:])
+        count += 1
+    if count:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return count
+
+
+__all__ = ["fuse_written_attention", "read_kv_groups"]

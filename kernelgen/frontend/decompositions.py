@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernelgen.frontend import patches
 from kernelgen.frontend.fx_nodes import op_name
 
 
@@ -32,7 +33,10 @@ def decompositions() -> dict:
     ``_softmax``, ``gelu`` and the GEMMs whole (one lowering rule each) and decomposes the ``*_backward``
     ops into the pointwise ops and reductions the partitioner groups; pooling, layer norm's forward and training
     batch norm stay whole
-    (``_keep_whole``, ``_TRAINING_FLAG``)."""
+    (``_keep_whole``, ``_TRAINING_FLAG``). A convolution of non-overlapping patches (a vision transformer's patch
+    embedding) and its backward become GEMMs over patches (``kernelgen.frontend.patches``); other convolutions stay
+    ATen's."""
+    import torch
     from torch._inductor.decomposition import select_decomp_table
 
     table = {}
@@ -41,7 +45,23 @@ def decompositions() -> dict:
         if _keep_whole(name):
             continue
         table[op] = _unless_training(fn, _TRAINING_FLAG[name]) if name in _TRAINING_FLAG else fn
+    aten = torch.ops.aten
+    table[aten.convolution.default] = _first_of(patches.convolution, table.get(aten.convolution.default))
+    table[aten.convolution_backward.default] = _first_of(patches.convolution_backward,
+                                                         table.get(aten.convolution_backward.default))
     return table
+
+
+def _first_of(decompose: Any, otherwise: Any) -> Any:
+    """``decompose``, and where it keeps the op (``NotImplemented``) the table's own decomposition, if any."""
+
+    def decomposition(*args: Any, **kwargs: Any) -> Any:
+        out = decompose(*args, **kwargs)
+        if out is NotImplemented and otherwise is not None:
+            return otherwise(*args, **kwargs)
+        return out
+
+    return decomposition
 
 
 def kept_whole(target: Any) -> str | None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernelgen.errors import KernelgenError
-from kernelgen.frontend.attention_pattern import fuse_written_attention
+from kernelgen.frontend.attention_pattern import fuse_written_attention, read_kv_groups
 from kernelgen.frontend.cleanup import aten_conversions, drop_noop_conversions, fold_constants
 from kernelgen.frontend.decompositions import decompositions
 from kernelgen.frontend.fx_nodes import is_symbolic, is_view
@@ -108,6 +108,7 @@ def compile_graph(gm: Any, name: str = "graph", options: dict | None = None, dir
     fold_constants(gm)  # position ids, a causal mask's iota: computed once, not every step
     sink_views(gm)  # a Linear's epilogue on [B, T, N] then reads the GEMM's [B*T, N] output directly
     fuse_written_attention(gm)  # softmax(q @ kᵀ * c [+ mask]) @ v as the flash op: one attention region
+    read_kv_groups(gm)  # grouped-query attention reads its key/value heads, not repeat_kv's copies of them
     found = partition(gm)
     record = GraphStats(name)
     for node in gm.graph.nodes:

@@ -234,22 +234,37 @@ def partition(gm: Any) -> Partition:
 
 def _settle(regions: list[Region], left: dict[Any, str]) -> list[Region]:
     """Check every region with its real outputs (users that did not join count now); a region no template
-    covers any more gives up its last member (with a multi-output op's projections) to ATen until one does.
-    Giving a member up adds outputs to the regions it reads, so this repeats until nothing changes."""
+    covers any more gives up its last member (with a multi-output op's projections) until one does. The members
+    given up form a region of their own where a template covers them together (a suffix of a convex region is
+    convex), else each alone, else they run ATen. Giving a member up adds outputs to the regions it reads, so this
+    repeats until nothing changes.
+
+    Why together: a region grows by sibling fusion before all its readers are seen, so a region can end with an
+    output the others' template cannot write beside its own. Mistral's key rotary embedding ([B, 2, T, D]) joined
+    its query's ([B, 4, T, D]: they read the same cos/sin) and, given up one member at a time, became five regions
+    of one op each."""
     changed = True
     while changed:
         changed = False
         for index, region in enumerate(regions):
             found = try_region(region.nodes) if region.nodes else None
+            tail: int | None = None  # the region of the members given up so far, while they are one
             while isinstance(found, str):
                 changed = True
                 cut = max(i for i, n in enumerate(region.nodes) if n.target is not operator.getitem)
                 group, region.nodes = region.nodes[cut:], region.nodes[:cut]
-                alone = try_region(group)  # a region of its own is convex; settled in a later round
-                if isinstance(alone, Region):
-                    regions.append(alone)
+                joined = try_region(group + regions[tail].nodes) if tail is not None else None
+                if isinstance(joined, Region):
+                    regions[tail] = joined
                 else:
-                    left[group[0]] = f"left its {region.template} region, which it did not fit with all outputs ({found})"
+                    alone = try_region(group)  # a region of its own is convex; settled in a later round
+                    if isinstance(alone, Region):
+                        regions.append(alone)
+                        tail = len(regions) - 1
+                    else:
+                        tail = None  # a member left to ATen between: what comes before may not join what follows
+                        left[group[0]] = (f"left its {region.template} region, which it did not fit with all outputs "
+                                          f"({found})")
                 found = try_region(region.nodes) if region.nodes else None
             if found is not None:
                 regions[index] = found

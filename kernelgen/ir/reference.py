@@ -147,9 +147,11 @@ def _eval_node(torch: Any, ops: dict, node: Node, values: list, inputs: Sequence
         flat = [p for pair in reversed(pad_pairs(node)) for p in pair]
         return torch.nn.functional.pad(args[0].expand(input_shapes[0]), flat, value=args[1].item())
     if op == "gather":  # an out-of-range index reads the nearest row, as the kernels do (eager raises)
-        rows = input_shapes[0][0]
-        index = torch.where(args[1] < 0, args[1] + rows, args[1]).clamp(0, rows - 1).long()
-        return args[0].expand(input_shapes[0])[index]
+        indices = []
+        for dim, index in enumerate(args[1:]):
+            rows = input_shapes[0][dim]
+            indices.append(torch.where(index < 0, index + rows, index).clamp(0, rows - 1).long())
+        return args[0].expand(input_shapes[0])[tuple(indices)]
     if op == "slice_scatter":
         return torch.slice_scatter(args[0].expand(input_shapes[0]), args[1].expand(input_shapes[1]), node.attr("dim"),
                                    node.attr("start"), node.attr("end"), node.attr("step"))
@@ -180,8 +182,10 @@ def _eval_node(torch: Any, ops: dict, node: Node, values: list, inputs: Sequence
     if op == "matmul":
         return torch.matmul(args[0], args[1])
     if op == "attention":
+        grouped = args[0].dim() == 4 and args[1].shape[-3] != args[0].shape[-3]  # fewer key/value heads
         return torch.nn.functional.scaled_dot_product_attention(*args[:3], attn_mask=_float_mask(torch, args),
-                                                                is_causal=node.attr("causal"), scale=node.attr("scale"))
+                                                                is_causal=node.attr("causal"), scale=node.attr("scale"),
+                                                                **({"enable_gqa": True} if grouped else {}))
     if op == "attention_lse":
         # ATen's CPU flash op defines the statistic (fully hidden rows give 0): it is what the backward reads
         # (a CPU-only op: GPU tensors are evaluated on CPU copies, the statistic moved back)

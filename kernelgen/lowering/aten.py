@@ -191,6 +191,7 @@ def _fused_attention(b: Any, args: tuple, kwargs: dict, where: str, op: FusedAtt
         mask = kwargs.get(name) if position is None else arg(args, kwargs, position, name)
     if mask is not None and not is_node(mask):
         raise UnsupportedOpError(f"attention with a constant mask {mask!r} at `{where}`")
+    mask = None if mask is None or _hides_nothing(b, int(mask)) else mask
     causal = bool(arg(args, kwargs, op.causal, "is_causal", False))
     scale = kwargs.get("scale")
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(b.spec(q).shape[-1])
@@ -204,6 +205,23 @@ def _fused_attention(b: Any, args: tuple, kwargs: dict, where: str, op: FusedAtt
     lse_dtype = "float64" if q_spec.dtype == "float64" else "float32"
     lse = b.add("attention_lse", operands, TensorSpec(q_spec.shape[:-1], lse_dtype), causal=causal, scale=scale)
     return (ref(out), ref(lse))
+
+
+def _hides_nothing(b: Any, mask: int) -> bool:
+    """Whether attention mask node ``mask`` is a constant that changes no score: an additive 0 (T5's cross-attention
+    adds a position bias of ``torch.zeros``, which reaches the op as ``full(..., 0)``, folded in as a literal
+    broadcast by a cast) or a bool True everywhere. ``s + 0`` is ``s`` for every float ``s`` (NaN and infinities
+    included; -0 becomes +0, which no softmax tells apart), so the attention without a mask computes the same
+    values, and the template, which reads a mask only from an input, covers it."""
+    node = b.nodes[mask]
+    while node.op == "cast" and len(node.inputs) == 1:
+        node = b.nodes[node.inputs[0]]
+    if node.op != "const":
+        return False
+    value = node.attr("value")
+    if b.spec(mask).dtype == "bool":
+        return value is True or value == 1
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0
 
 
 for _name, _op in FUSED_ATTENTION.items():
@@ -223,6 +241,7 @@ def _sdpa_flash_backward(b: Any, args: tuple, kwargs: dict, meta: Any, where: st
     if dropout or not all(is_node(t) for t in (grad, q, k, v, out, lse)) or (mask is not None and not is_node(mask)):
         raise UnsupportedOpError(f"attention backward with dropout or constant operands at `{where}`")
     q, k, v = int(q), int(k), int(v)
+    mask = None if mask is None or _hides_nothing(b, int(mask)) else mask
     scale = kwargs.get("scale")
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(b.spec(q).shape[-1])
     operands = (int(grad), q, k, v, int(out), int(lse)) + (() if mask is None else (int(mask),))

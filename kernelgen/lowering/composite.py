@@ -172,8 +172,12 @@ def _attention(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
         raise UnsupportedOpError(f"attention with dropout at `{where}`; pass dropout_p=0")
     if mask is not None and not is_node(mask):
         raise UnsupportedOpError(f"attention with a constant attn_mask at `{where}`; pass the mask as an argument")
-    if kwargs.get("enable_gqa"):
-        raise UnsupportedOpError(f"grouped-query attention at `{where}`")
+    heads = [b.spec(x).shape[-3] if b.spec(x).rank == 4 else 1 for x in (q, k, v)]
+    if heads[1:] != [heads[0]] * 2 and not (kwargs.get("enable_gqa") and heads[1] == heads[2]
+                                             and heads[1] and heads[0] % heads[1] == 0):
+        # grouped-query attention (fewer key/value heads) only where eager takes it: with enable_gqa=True
+        raise UnsupportedOpError(f"attention of {heads[0]} query heads over {heads[1]}/{heads[2]} key/value heads at "
+                                 f"`{where}`; eager PyTorch decides")
     causal = bool(arg(args, kwargs, 5, "is_causal", False))
     scale = kwargs.get("scale")
     head_dim = b.spec(q).shape[-1]

@@ -1,6 +1,6 @@
 """Lowering handlers for data movement that templates render as index arithmetic: ``torch.cat`` (``aten.cat``),
 constant padding (``F.pad(mode="constant")``, ``aten.constant_pad_nd``), row gathers (``F.embedding``,
-``aten.embedding``, ``aten.index`` with one index tensor on dim 0), the functional writes into views
+``aten.embedding``, ``aten.index`` with index tensors on the leading dims), the functional writes into views
 (``slice_scatter``, ``select_scatter``, ``diagonal_scatter``, ``copy``) and ``diagonal_copy``, to the IR's moves.
 
 Registered in the table of ``kernelgen.lowering.rules``. The result's
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernelgen.errors import UnsupportedOpError
-from kernelgen.ir.graph import encode_pads
+from kernelgen.errors import KernelgenError, UnsupportedOpError
+from kernelgen.ir.graph import broadcast_shapes, encode_pads
 from kernelgen.ir.values import TensorSpec
 from kernelgen.lowering.rules import arg, cast_to, handles, is_node
 
@@ -80,19 +80,26 @@ def _f_pad(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
                 meta, where)
 
 
-def _gather(b: Any, x: Any, index: Any, meta: Any, where: str, wrap: bool) -> int:
-    """Rows ``x[index]``; ``wrap``: a negative index counts from the end (``x[index]``), else it is out of range
-    (``F.embedding``). An index out of range raises eager's ``IndexError`` before the kernel runs
-    (``kernelgen.runtime.bounds``)."""
-    if meta is None or not (is_node(x) and is_node(index)) or b.spec(int(x)).rank == 0:
-        raise UnsupportedOpError(f"row gather of {x!r} by {index!r} at `{where}`")
-    x, index = int(x), int(index)
-    if b.spec(index).dtype not in ("int32", "int64"):
-        raise UnsupportedOpError(f"indexing by a {b.spec(index).dtype} tensor at `{where}`; eager PyTorch runs it")
-    shape = b.spec(index).shape + b.spec(x).shape[1:]
+def _gather(b: Any, x: Any, indices: Any, meta: Any, where: str, wrap: bool) -> int:
+    """``x[i0, i1, ...]``: the element of ``x``'s leading dims that the index tensors name (broadcast together, as
+    advanced indexing does), at every position of the other dims; one index is a row gather. ``wrap``: a negative
+    index counts from the end (``x[index]``), else it is out of range (``F.embedding``). An index out of range
+    raises eager's ``IndexError`` before the kernel runs (``kernelgen.runtime.bounds``)."""
+    if meta is None or not is_node(x) or not indices or not all(is_node(i) for i in indices) \
+            or b.spec(int(x)).rank < len(indices):
+        raise UnsupportedOpError(f"gather of {x!r} by {indices!r} at `{where}`")
+    x, indices = int(x), [int(i) for i in indices]
+    for i in indices:
+        if b.spec(i).dtype not in ("int32", "int64"):
+            raise UnsupportedOpError(f"indexing by a {b.spec(i).dtype} tensor at `{where}`; eager PyTorch runs it")
+    try:
+        lead = broadcast_shapes(*(b.spec(i).shape for i in indices))
+    except KernelgenError:
+        raise UnsupportedOpError(f"index tensors that do not broadcast at `{where}`; eager raises") from None
+    shape = lead + b.spec(x).shape[len(indices):]
     if tuple(meta.shape) != shape or 0 in shape:
-        raise UnsupportedOpError(f"row gather of shape {list(meta.shape)} at `{where}`; eager PyTorch runs it")
-    return b.add("gather", (cast_to(b, x, meta.dtype), index), TensorSpec(shape, meta.dtype), wrap=wrap)
+        raise UnsupportedOpError(f"gather of shape {list(meta.shape)} at `{where}`; eager PyTorch runs it")
+    return b.add("gather", (cast_to(b, x, meta.dtype), *indices), TensorSpec(shape, meta.dtype), wrap=wrap)
 
 
 @handles("embedding")
@@ -100,20 +107,23 @@ def _embedding(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
     """F.embedding(input, weight, padding_idx, max_norm, ...): max_norm renormalises the weight in place."""
     if arg(args, kwargs, 3, "max_norm") is not None:
         raise UnsupportedOpError(f"embedding with max_norm at `{where}` writes into the weight; eager PyTorch runs it")
-    return _gather(b, arg(args, kwargs, 1, "weight"), arg(args, kwargs, 0, "input"), meta, where, False)
+    return _gather(b, arg(args, kwargs, 1, "weight"), [arg(args, kwargs, 0, "input")], meta, where, False)
 
 
 @handles("aten.embedding")
 def _aten_embedding(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
-    return _gather(b, arg(args, kwargs, 0, "weight"), arg(args, kwargs, 1, "indices"), meta, where, False)
+    return _gather(b, arg(args, kwargs, 0, "weight"), [arg(args, kwargs, 1, "indices")], meta, where, False)
 
 
 @handles("aten.index")
 def _aten_index(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    """``x[i0, i1, ...]`` with index tensors on the leading dims (Mistral's sliding-window mask reads positions
+    by ``[batch index, query index]``); a ``None`` among them (``x[:, i]``) or a bool mask stays eager's."""
     indices = arg(args, kwargs, 1, "indices")
-    if not isinstance(indices, (list, tuple)) or len(indices) != 1:
-        raise UnsupportedOpError(f"indexing by {indices!r} at `{where}`; only one index tensor on dim 0 is a gather")
-    return _gather(b, arg(args, kwargs, 0, "self"), indices[0], meta, where, True)
+    if not isinstance(indices, (list, tuple)) or not indices or any(i is None for i in indices):
+        raise UnsupportedOpError(f"indexing by {indices!r} at `{where}`; index tensors on the leading dims, with "
+                                 "no None (a full slice) among them, are a gather")
+    return _gather(b, arg(args, kwargs, 0, "self"), list(indices), meta, where, True)
 
 
 # ------------------------------------------------------------------- writes into views, functionalized

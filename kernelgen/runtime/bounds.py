@@ -29,9 +29,14 @@ def index_checks(graph: Any) -> tuple[Check, ...]:
     """The range checks the gathers and checked scatters of ``graph`` need (empty for a graph without them)."""
     checks = []
     for node in graph.nodes:
-        if node.op == "gather":
-            dim, error, wrap = 0, "IndexError", bool(node.attr("wrap", False))
-        elif node.op == "take_along":  # torch.gather: no negative index, RuntimeError
+        if node.op == "gather":  # one index per leading dim of the source
+            for dim, index in enumerate(node.inputs[1:]):
+                view = input_view(graph, index)
+                if view is not None:
+                    checks.append((view[0], graph.nodes[node.inputs[0]].spec.shape[dim], bool(node.attr("wrap", False)),
+                                   "IndexError", dim))
+            continue
+        if node.op == "take_along":  # torch.gather: no negative index, RuntimeError
             dim, error, wrap = int(node.attr("dim")), "RuntimeError", False
         elif node.op in ("scatter", "index_put") and node.attr("checked", False):
             dim, error, wrap = int(node.attr("dim")), node.attr("error", "IndexError"), bool(node.attr("wrap", False))

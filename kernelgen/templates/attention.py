@@ -1,5 +1,7 @@
 """Attention template, matching: softmax(Q Kᵀ · scale [+ causal mask] [+ attn_mask]) V on [batch, heads, seq,
-dim] inputs, with the row logsumexp as an optional second output (what ATen's flash backward reads)."""
+dim] inputs, with the row logsumexp as an optional second output (what ATen's flash backward reads). K and V may
+have fewer heads than Q (grouped-query attention: ``scaled_dot_product_attention(..., enable_gqa=True)``, which
+ATen's CPU flash ops take as they are): query head ``h`` reads key/value head ``h // group``."""
 
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ class AttentionProblem(Problem):
     out_dtype: str
     mask: Operand | None = None
     outputs: tuple[str, ...] = ("out",)
+    group: int = 1  # query heads per key/value head (grouped-query attention)
 
     def output_arg(self, name: str) -> int | None:
         """The kernel argument index of output ``name`` (after the graph's inputs), or None when not computed."""
@@ -47,6 +50,15 @@ class AttentionProblem(Problem):
 def _batched(shape: tuple, strides: tuple) -> tuple[tuple, tuple]:
     """A rank-3 operand seen as rank 4 (heads = 1)."""
     return ((shape[0], 1) + shape[1:], (strides[0], 0) + strides[1:]) if len(shape) == 3 else (shape, strides)
+
+
+def grouping(qs: tuple, ks: tuple, vs: tuple) -> int | None:
+    """Query heads per key/value head of rank-4 shapes ``qs``, ``ks``, ``vs`` (1: plain attention), or None when
+    they do not form one attention: batch and key length shared, Q and K of one head dim, K and V of one head
+    count that divides Q's (what ``enable_gqa=True`` accepts)."""
+    if qs[0] != ks[0] or ks[:3] != vs[:3] or qs[3] != ks[3] or ks[1] < 1 or qs[1] % ks[1]:
+        return None
+    return qs[1] // ks[1]
 
 
 def mask_strides(shape: tuple, strides: tuple, full: tuple) -> tuple | None:
@@ -86,8 +98,9 @@ class AttentionTemplate(Template):
             _, strides = _batched(source.spec.shape, source.spec.effective_strides())
             operands.append(Operand(source.attr("index"), strides, source.spec.dtype))
         qs, ks, vs = (_batched(s.shape, s.effective_strides())[0] for s in (q_spec, k_spec, v_spec))
-        if qs[:2] != ks[:2] or ks[:3] != vs[:3] or qs[3] != ks[3]:
-            return None  # no broadcasting / grouped-query layouts in this template
+        group = grouping(qs, ks, vs)
+        if group is None:
+            return None  # no broadcasting in this template
         if len({q_spec.dtype, k_spec.dtype, v_spec.dtype}) != 1:
             return None
         mask = None
@@ -100,7 +113,7 @@ class AttentionTemplate(Template):
         return AttentionProblem(graph=graph, batch=qs[0], heads=qs[1], q_len=qs[2], kv_len=ks[2], head_dim=qs[3],
                                 v_dim=vs[3], causal=bool(node.attr("causal")), scale=float(node.attr("scale")),
                                 q=operands[0], k=operands[1], v=operands[2], out_dtype=node.spec.dtype, mask=mask,
-                                outputs=outputs)
+                                outputs=outputs, group=group)
 
 
 TEMPLATE = AttentionTemplate()

@@ -13,7 +13,8 @@ past a query block's last visible key are skipped, not masked. An ``attn_mask`` 
 hiding a key) is read through its strides, broadcast dims at stride 0, into a block laid out as the scores and
 added by the Q·Kᵀ tile as it stores them; masked scores are -inf (the kernel is built with infinities on), a
 query with no visible key gets output 0 and logsumexp 0 as in ATen's CPU kernel. With a ``lse`` output the
-task also writes each query's max + log(sum), the statistic ATen's flash backward reads.
+task also writes each query's max + log(sum), the statistic ATen's flash backward reads. Grouped-query attention
+(``GROUP`` query heads per key/value head) reads K and V at head ``h / GROUP``.
 """
 
 from __future__ import annotations
@@ -199,8 +200,8 @@ struct Scratch {
 // lanes) and K rows serve directly as the broadcast operand of Q.K^T: no per-block transpose of K.
 static void attend_block(void* const* ptrs, int64_t b, int64_t h, int64_t i0, acc_t* __restrict buf) {
   const q_t* q = (const q_t*)ptrs[Q_ARG] + b * Q_SB + h * Q_SH;
-  const k_t* k = (const k_t*)ptrs[K_ARG] + b * K_SB + h * K_SH;
-  const v_t* v = (const v_t*)ptrs[V_ARG] + b * V_SB + h * V_SH;
+  const k_t* k = (const k_t*)ptrs[K_ARG] + b * K_SB + (h / GROUP) * K_SH;
+  const v_t* v = (const v_t*)ptrs[V_ARG] + b * V_SB + (h / GROUP) * V_SH;
   out_t* o = (out_t*)ptrs[OUT_ARG] + ((b * H + h) * LQ) * DV;
   acc_t* __restrict qt = buf;                 // [D][BM]: Q block transposed and pre-scaled
   acc_t* __restrict kb = qt + D * BM;         // [BN + MR][D]: converted K block
@@ -366,7 +367,7 @@ def render(problem: AttentionProblem, config: Config, target: Target) -> Source:
         "B": p.batch, "H": p.heads, "LQ": p.q_len, "LK": p.kv_len, "D": p.head_dim, "DV": p.v_dim,
         "BM": config["BLOCK_M"], "BN": config["BLOCK_N"], "MR": config["MR"], "NR": config["NR"],
         "Q_ARG": p.q.arg, "K_ARG": p.k.arg, "V_ARG": p.v.arg, "OUT_ARG": p.output_arg("out"),
-        "LSE_ARG": p.output_arg("lse") or 0, "M_ARG": p.mask.arg if p.mask else 0,
+        "LSE_ARG": p.output_arg("lse") or 0, "M_ARG": p.mask.arg if p.mask else 0, "GROUP": p.group,
     }
     for name, operand in (("Q", p.q), ("K", p.k), ("V", p.v)):
         consts.update({f"{name}_S{axis}": stride for axis, stride in zip("BHSD", operand.strides)})

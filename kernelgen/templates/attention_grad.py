@@ -4,6 +4,9 @@ forward's saved output and row logsumexp, as ATen's CPU flash backward computes 
 
     P = exp(scale · Q Kᵀ [+ mask] - lse),  Δ = rowsum(dO ∘ O),  dS = P ∘ (dO Vᵀ - Δ)
     dV = Pᵀ dO,  dK = scale · dSᵀ Q,  dQ = scale · dS K
+
+With grouped-query attention (K and V with ``heads // group`` heads), dK and dV of a key/value head sum those of
+the ``group`` query heads that read it.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kernelgen.ir.graph import Graph
-from kernelgen.templates.attention import MASK_DTYPES, mask_strides
+from kernelgen.templates.attention import MASK_DTYPES, grouping, mask_strides
 from kernelgen.templates.base import Problem, Template
 from kernelgen.templates.gemm import Operand
 
@@ -40,6 +43,7 @@ class AttentionGradProblem(Problem):
     lse: Operand
     mask: Operand | None = None
     outputs: tuple[str, ...] = PARTS
+    group: int = 1  # query heads per key/value head (grouped-query attention)
 
     def output_arg(self, part: str) -> int | None:
         """The kernel argument index of gradient ``part`` (after the graph's inputs), or None when not computed."""
@@ -87,8 +91,9 @@ class AttentionGradTemplate(Template):
             operands.append(Operand(source.attr("index"), strides, source.spec.dtype))
             shapes.append(shape)
         gs, qs, ks, vs, os_ = shapes
-        if qs[:2] != ks[:2] or ks[:3] != vs[:3] or qs[3] != ks[3] or gs != os_ or gs != qs[:3] + vs[3:]:
-            return None  # no broadcasting / grouped-query layouts
+        group = grouping(qs, ks, vs)
+        if group is None or gs != os_ or gs != qs[:3] + vs[3:]:
+            return None  # no broadcasting
         dtype = specs[1].dtype
         if any(s.dtype != dtype for s in (specs[0], specs[2], specs[3], specs[4])) or dtype not in \
                 ("float16", "bfloat16", "float32", "float64"):
@@ -110,7 +115,8 @@ class AttentionGradTemplate(Template):
         grad, q, k, v, out = operands
         return AttentionGradProblem(graph=graph, batch=qs[0], heads=qs[1], q_len=qs[2], kv_len=ks[2], head_dim=qs[3],
                                     v_dim=vs[3], causal=bool(first.attr("causal")), scale=float(first.attr("scale")),
-                                    grad=grad, q=q, k=k, v=v, out=out, lse=lse, mask=mask, outputs=outputs)
+                                    grad=grad, q=q, k=k, v=v, out=out, lse=lse, mask=mask, outputs=outputs,
+                                    group=group)
 
 
 TEMPLATE = AttentionGradTemplate()

@@ -9,6 +9,9 @@ in one vectorised pass, then dV += Pᵀ dO, dK += dSᵀ Q and dQ += dS K, five p
 micro-tile (GCC vector extensions). dQ stays in the task's buffer across key blocks, so no two tasks write one
 element: no atomics, and the result does not depend on the schedule. Queries and keys a causal or boolean mask
 hides have probability 0; a query whose keys are all hidden (logsumexp 0 in ATen's forward) gets 0 gradients.
+Grouped-query attention (``GROUP`` query heads per key/value head): a task is one (batch, key/value head) and walks
+its ``GROUP`` query heads in turn, adding each one's dK and dV into the task's accumulators (in the accumulation
+dtype), written once at the end; dQ is each query head's own, as before.
 """
 
 from __future__ import annotations
@@ -109,14 +112,17 @@ struct Scratch {
   ~Scratch() { std::free(ptr); }
 };
 
+static constexpr int64_t HKV = H / GROUP;  // key/value heads
+// the group's dK and dV sums over all keys (grouped-query attention only)
+static constexpr int64_t GROUP_BUF = GROUP > 1 ? LK * D + LK * DV : 0;
 static constexpr int64_t BUF = LQP * DP + D * LQP + LQP * DVP + DV * LQP + 2 * LQP + LQP * DP +
-                               2 * BN * DP + 2 * BN * DVP + 3 * BN * BM;
+                               2 * BN * DP + 2 * BN * DVP + 3 * BN * BM + GROUP_BUF;
 
 static void backward_head(void* const* ptrs, int64_t b, int64_t h, acc_t* __restrict buf) {
   const g_t* g = (const g_t*)ptrs[G_ARG] + b * G_SB + h * G_SH;
   const in_t* q = (const in_t*)ptrs[Q_ARG] + b * Q_SB + h * Q_SH;
-  const in_t* k = (const in_t*)ptrs[K_ARG] + b * K_SB + h * K_SH;
-  const in_t* v = (const in_t*)ptrs[V_ARG] + b * V_SB + h * V_SH;
+  const in_t* k = (const in_t*)ptrs[K_ARG] + b * K_SB + (h / GROUP) * K_SH;
+  const in_t* v = (const in_t*)ptrs[V_ARG] + b * V_SB + (h / GROUP) * V_SH;
   const in_t* o = (const in_t*)ptrs[O_ARG] + b * O_SB + h * O_SH;
   const lse_t* lse_in = (const lse_t*)ptrs[L_ARG] + b * L_SB + h * L_SH;
   acc_t* __restrict qr = buf;               // [LQP][DP] Q
@@ -133,6 +139,8 @@ static void backward_head(void* const* ptrs, int64_t b, int64_t h, acc_t* __rest
   acc_t* __restrict pt = dv + BN * DVP;     // [BN][BM] scores, then probabilities (keys by queries)
   acc_t* __restrict dst = pt + BN * BM;     // [BN][BM] dP, then dS
   acc_t* __restrict mb = dst + BN * BM;     // [BN][BM] the mask block, laid out as the scores
+  acc_t* __restrict dk_sum = mb + BN * BM;  // [LK][D] the group's dK (GROUP > 1)
+  acc_t* __restrict dv_sum = dk_sum + (GROUP > 1 ? LK * D : 0);  // [LK][DV] the group's dV (GROUP > 1)
   for (int64_t i = 0; i < LQP; ++i) {
     const bool in = i < LQ;
     acc_t d_sum = 0;
@@ -197,15 +205,23 @@ static void backward_head(void* const* ptrs, int64_t b, int64_t h, acc_t* __rest
       mm<true>(kc, DP, rows, dst, BM, 1, qr + i0 * DP, DP, dk, DP);      // dK += dS^T Q
       mm<true>(rows, DP, kc, dst, 1, BM, kr, DP, dq + i0 * DP, DP);      // dQ += dS K
     }
-    if constexpr (HAS_DK) {
+    if constexpr (HAS_DK && GROUP == 1) {
       dk_t* out = (dk_t*)ptrs[DK_ARG] + ((b * H + h) * LK + j0) * D;
       for (int64_t j = 0; j < kc; ++j)
         for (int64_t d = 0; d < D; ++d) out[j * D + d] = STORE_DK(dk[j * DP + d] * SCALE);
+    } else if constexpr (HAS_DK) {  // the group's first head starts the sums
+      for (int64_t j = 0; j < kc; ++j)
+        for (int64_t d = 0; d < D; ++d)
+          dk_sum[(j0 + j) * D + d] = (h % GROUP ? dk_sum[(j0 + j) * D + d] : acc_t(0)) + dk[j * DP + d];
     }
-    if constexpr (HAS_DV) {
+    if constexpr (HAS_DV && GROUP == 1) {
       dv_t* out = (dv_t*)ptrs[DV_ARG] + ((b * H + h) * LK + j0) * DV;
       for (int64_t j = 0; j < kc; ++j)
         for (int64_t d = 0; d < DV; ++d) out[j * DV + d] = STORE_DV(dv[j * DVP + d]);
+    } else if constexpr (HAS_DV) {
+      for (int64_t j = 0; j < kc; ++j)
+        for (int64_t d = 0; d < DV; ++d)
+          dv_sum[(j0 + j) * DV + d] = (h % GROUP ? dv_sum[(j0 + j) * DV + d] : acc_t(0)) + dv[j * DVP + d];
     }
   }
   if constexpr (HAS_DQ) {
@@ -215,18 +231,36 @@ static void backward_head(void* const* ptrs, int64_t b, int64_t h, acc_t* __rest
   }
 }
 
+// One task: (batch, key/value head), its GROUP query heads in turn; with GROUP > 1 the summed dK and dV are
+// written after the last of them.
+static void backward_task(void* const* ptrs, int64_t b, int64_t kh, acc_t* __restrict buf) {
+  for (int64_t g = 0; g < GROUP; ++g) backward_head(ptrs, b, kh * GROUP + g, buf);
+  if constexpr (GROUP > 1) {
+    const acc_t* __restrict dk_sum = buf + (BUF - GROUP_BUF);
+    const acc_t* __restrict dv_sum = dk_sum + LK * D;
+    if constexpr (HAS_DK) {
+      dk_t* out = (dk_t*)ptrs[DK_ARG] + (b * HKV + kh) * LK * D;
+      for (int64_t i = 0; i < LK * D; ++i) out[i] = STORE_DK(dk_sum[i] * SCALE);
+    }
+    if constexpr (HAS_DV) {
+      dv_t* out = (dv_t*)ptrs[DV_ARG] + (b * HKV + kh) * LK * DV;
+      for (int64_t i = 0; i < LK * DV; ++i) out[i] = STORE_DV(dv_sum[i]);
+    }
+  }
+}
+
 @ENTRY_HEAD@
-  const int64_t TASKS = B * H;
+  const int64_t TASKS = B * HKV;
   if (TASKS == 0) return;
   int nt = num_threads < 1 ? 1 : int(num_threads);
-  if (double(TASKS) * double(LQ) * double(LK) * double(D + DV) < 131072.0) nt = 1;  // not worth the pool
+  if (double(B * H) * double(LQ) * double(LK) * double(D + DV) < 131072.0) nt = 1;  // not worth the pool
 #pragma omp parallel num_threads(nt)
   {
     static thread_local Scratch scratch;
     if (scratch.ptr == nullptr)  // BUF is fixed for this library: allocate once per thread
       scratch.ptr = (acc_t*)std::aligned_alloc(64, (sizeof(acc_t) * BUF + 63) / 64 * 64);
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < TASKS; ++t) backward_head(ptrs, t / H, t % H, scratch.ptr);
+    for (int64_t t = 0; t < TASKS; ++t) backward_task(ptrs, t / HKV, t % HKV, scratch.ptr);
   }
 }
 """
@@ -242,7 +276,7 @@ def render(problem: AttentionGradProblem, config: Config, target: Target) -> Sou
     consts = {"B": p.batch, "H": p.heads, "LQ": p.q_len, "LK": p.kv_len, "D": p.head_dim, "DV": p.v_dim,
               "BM": config["BLOCK_M"], "BN": config["BLOCK_N"], "MR": config["MR"], "NR": config["NR"],
               "G_ARG": p.grad.arg, "Q_ARG": p.q.arg, "K_ARG": p.k.arg, "V_ARG": p.v.arg, "O_ARG": p.out.arg,
-              "L_ARG": p.lse.arg, "M_ARG": p.mask.arg if p.mask else 0,
+              "L_ARG": p.lse.arg, "M_ARG": p.mask.arg if p.mask else 0, "GROUP": p.group,
               **{f"D{part.upper()}_ARG": p.output_arg(part) or 0 for part in ("q", "k", "v")}}
     for name, operand in (("G", p.grad), ("Q", p.q), ("K", p.k), ("V", p.v), ("O", p.out)):
         consts.update({f"{name}_S{axis}": stride for axis, stride in zip("BHSD", operand.strides)})

@@ -5,6 +5,9 @@ own a key block and walk the query blocks that see it, accumulating dK and dV; t
 its visible key blocks, accumulating dQ. Both recompute ``P = exp(scale · Q Kᵀ [+ mask] - lse)`` and
 ``dS = P ∘ (dO Vᵀ - Δ)`` with ``Δ = rowsum(dO ∘ O)`` from the tiles they load, so neither waits for the other and
 every output element has one writer. Products are ``tl.dot`` in float32 (``ieee`` for float32, as torch; float64 in float64).
+Grouped-query attention (``group`` query heads per key/value head): the key-block programs of a group's first query
+head walk the query blocks of every head of the group, summing their dK and dV; those of the group's other heads
+have nothing to do.
 """
 
 from __future__ import annotations
@@ -79,11 +82,21 @@ def render(problem: AttentionGradProblem, config: Config, target: Target) -> Sou
     d_mask = f"(offs_d[None, :] < {p.head_dim})" if d != p.head_dim else ""
     dv_mask = f"(offs_dv[None, :] < {p.v_dim})" if dv != p.v_dim else ""
     nk, nq = -(-p.kv_len // bn), -(-p.q_len // bm)
-    bases = [f"{name}_base = in{op.arg} + b * {op.strides[0]} + h * {op.strides[1]}"
-             for name, op in (("g", p.grad), ("q", p.q), ("k", p.k), ("v", p.v), ("o", p.out))]
-    bases.append(f"l_base = in{p.lse.arg} + b * {p.lse.strides[0]} + h * {p.lse.strides[1]}")
-    if p.mask is not None:
-        bases.append(f"m_base = in{p.mask.arg} + b * {p.mask.strides[0]} + h * {p.mask.strides[1]}")
+    grouped = p.group > 1
+    kh = f"(h // {p.group})" if grouped else "h"
+
+    def query_bases(head: str) -> list[str]:  # what a query head reads
+        lines = [f"{name}_base = in{op.arg} + b * {op.strides[0]} + {head} * {op.strides[1]}"
+                 for name, op in (("g", p.grad), ("q", p.q), ("o", p.out))]
+        lines.append(f"l_base = in{p.lse.arg} + b * {p.lse.strides[0]} + {head} * {p.lse.strides[1]}")
+        if p.mask is not None:
+            lines.append(f"m_base = in{p.mask.arg} + b * {p.mask.strides[0]} + {head} * {p.mask.strides[1]}")
+        return lines
+
+    bases = [f"{name}_base = in{op.arg} + b * {op.strides[0]} + {kh} * {op.strides[1]}"
+             for name, op in (("k", p.k), ("v", p.v))]
+    if not grouped:  # (the order of the plain kernel's lines, unchanged)
+        bases = [*query_bases("h")[:2], *bases, *query_bases("h")[2:]]
     m_rows = f"(offs_m[:, None] < {p.q_len})"
     n_rows = f"(offs_n[:, None] < {p.kv_len})"
     acc = "tl.float64" if p.q.dtype == "float64" else "tl.float32"
@@ -102,7 +115,8 @@ def render(problem: AttentionGradProblem, config: Config, target: Target) -> Sou
         if target.kind == "cpu" and p.q.dtype == "bfloat16":
             value = bf16_round(f"({value})")
         mask = f"({rows}[:, None] < {n})" + (f" & {col_mask}" if col_mask else "")
-        return f"tl.store(out{p.outputs.index(part)} + (bh * {n} + {rows}[:, None]) * " \
+        head = f"(b * {p.heads // p.group} + {kh})" if grouped and part != "q" else "bh"
+        return f"tl.store(out{p.outputs.index(part)} + ({head} * {n} + {rows}[:, None]) * " \
                f"{width} + {offs}[None, :], ({value}).to({out_dtype}), mask={mask})"
 
     lines = ["pid = tl.program_id(0)", "bh = tl.program_id(1).to(tl.int64)", f"b = bh // {p.heads}",
@@ -110,24 +124,32 @@ def render(problem: AttentionGradProblem, config: Config, target: Target) -> Sou
     keys_part = "k" in p.outputs or "v" in p.outputs
     if keys_part:
         lo = f"pid * BLOCK_N // BLOCK_M * BLOCK_M" if p.causal else "0"
+        walk = [f"for start_m in range({lo}, {p.q_len}, BLOCK_M):",
+                "    offs_m = start_m + tl.arange(0, BLOCK_M)",
+                *("    " + ln for ln in query_tiles + body),
+                f"    dv += tl.dot(tl.trans(prob), do{precision})",
+                f"    dk += tl.dot(tl.trans(ds), q{precision})"]
+        if grouped:  # the group's first head sums its heads' dK and dV; the others' key programs do nothing
+            walk = [f"for gi in range({p.group}):", "    hq = h + gi", *("    " + ln for ln in query_bases("hq")),
+                    *("    " + ln for ln in walk)]
+        pad = "    " if grouped else ""
         lines += [f"if pid < {nk}:  # a key block: dK and dV over the query blocks that see it",
-                  "    offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)",
-                  *("    " + ln for ln in key_tiles),
-                  f"    dk = tl.zeros([BLOCK_N, {d}], {acc})",
-                  f"    dv = tl.zeros([BLOCK_N, {dv}], {acc})",
-                  f"    for start_m in range({lo}, {p.q_len}, BLOCK_M):",
-                  "        offs_m = start_m + tl.arange(0, BLOCK_M)",
-                  *("        " + ln for ln in query_tiles + body),
-                  f"        dv += tl.dot(tl.trans(prob), do{precision})",
-                  f"        dk += tl.dot(tl.trans(ds), q{precision})"]
+                  *([f"    if h % {p.group} == 0:"] if grouped else []),
+                  f"    {pad}offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)",
+                  *(f"    {pad}" + ln for ln in key_tiles),
+                  f"    {pad}dk = tl.zeros([BLOCK_N, {d}], {acc})",
+                  f"    {pad}dv = tl.zeros([BLOCK_N, {dv}], {acc})",
+                  *(f"    {pad}" + ln for ln in walk)]
         if "k" in p.outputs:
-            lines.append("    " + store("k", "offs_n", p.kv_len, "offs_d", p.head_dim, f"dk * {p.scale!r}", d_mask))
+            lines.append(f"    {pad}" + store("k", "offs_n", p.kv_len, "offs_d", p.head_dim, f"dk * {p.scale!r}",
+                                               d_mask))
         if "v" in p.outputs:
-            lines.append("    " + store("v", "offs_n", p.kv_len, "offs_dv", p.v_dim, "dv", dv_mask))
+            lines.append(f"    {pad}" + store("v", "offs_n", p.kv_len, "offs_dv", p.v_dim, "dv", dv_mask))
     if "q" in p.outputs:
         hi = f"min((pid - {nk} + 1) * BLOCK_M, {p.kv_len})" if p.causal else f"{p.kv_len}"
         lines += [f"{'if' if not keys_part else 'elif'} pid >= {nk}:  # a query block: dQ over the key blocks it sees",
                   f"    offs_m = (pid - {nk}) * BLOCK_M + tl.arange(0, BLOCK_M)",
+                  *("    " + ln for ln in (query_bases("h") if grouped else [])),
                   *("    " + ln for ln in query_tiles),
                   f"    dq = tl.zeros([BLOCK_M, {d}], {acc})",
                   f"    for start_n in range(0, {hi}, BLOCK_N):",

@@ -121,6 +121,7 @@ def render(problem: AttentionProblem, config: Config, target: Target) -> Source:
     dyn = dynamic_source(p.graph, (p.batch, p.heads, p.q_len))
     wide = ".to(tl.int64)" if index_64 or dyn is not None else ""
     q_ptr = tile_offset([("offs_m[:, None]", p.q.strides[2]), ("offs_d[None, :]", p.q.strides[3])])
+    kh = "kh" if p.group > 1 else "h"
     q_mask = " & ".join(x for x in (f"(offs_m[:, None] < {p.q_len})", d_mask) if x)
     if p.causal:  # query i sees keys j <= i: blocks below start_m * BLOCK_M are fully visible
         full, hi = f"min(start_m * BLOCK_M + 1, {p.kv_len}) // BLOCK_N * BLOCK_N", \
@@ -133,8 +134,9 @@ def render(problem: AttentionProblem, config: Config, target: Target) -> Source:
         f"b = bh // {p.heads}",
         f"h = bh % {p.heads}",
         f"q_base = in{p.q.arg} + {tile_offset([('b', p.q.strides[0]), ('h', p.q.strides[1])])}",
-        f"k_base = in{p.k.arg} + {tile_offset([('b', p.k.strides[0]), ('h', p.k.strides[1])])}",
-        f"v_base = in{p.v.arg} + {tile_offset([('b', p.v.strides[0]), ('h', p.v.strides[1])])}",
+        *([f"kh = h // {p.group}  # grouped-query attention: the key/value head"] if p.group > 1 else []),
+        f"k_base = in{p.k.arg} + {tile_offset([('b', p.k.strides[0]), (kh, p.k.strides[1])])}",
+        f"v_base = in{p.v.arg} + {tile_offset([('b', p.v.strides[0]), (kh, p.v.strides[1])])}",
         *([f"m_base = in{p.mask.arg} + {tile_offset([('b', p.mask.strides[0]), ('h', p.mask.strides[1])])}"]
           if p.mask is not None else []),
         f"offs_m = (start_m * BLOCK_M + tl.arange(0, BLOCK_M)){wide}",

@@ -79,9 +79,10 @@ class Expansion:
 
 
 def renderable(graph: Graph) -> bool:
-    """Whether ``expand`` can render every move: a gather's index must be read from an input (its value is a
-    coordinate, so it cannot be an expression of the IR's ops)."""
-    return all(input_view(graph, n.inputs[1]) is not None for n in graph.nodes if n.op in ("gather", "take_along"))
+    """Whether ``expand`` can render every move: a gather's indices must be read from inputs (their values are
+    coordinates, so they cannot be expressions of the IR's ops)."""
+    return all(input_view(graph, i) is not None for n in graph.nodes if n.op in ("gather", "take_along")
+               for i in n.inputs[1:])
 
 
 def touches_dim0(graph: Graph) -> bool:
@@ -203,15 +204,19 @@ def _pad(ex: _Expander, node: Node, coords: Coords) -> int:
 
 
 def _gather(ex: _Expander, node: Node, coords: Coords) -> int:
-    """``gather``: the row that the index (an input, read at the leading coordinates) names, at the others."""
-    x, index = node.inputs
-    rank = ex.graph.nodes[index].spec.rank
-    arg, shape, strides = input_view(ex.graph, index)
-    at = fit(coords[:rank], node.spec.shape[:rank], shape)
-    offset = " + ".join(c if st == 1 else f"{c} * {st}" for c, st, size in zip(at, strides, shape)
-                        if size != 1 and st != 0 and c != "0") or "0"
-    row = ex.syntax.index(arg, offset, ex.graph.nodes[x].spec.shape[0])
-    return ex.value(x, (row, *coords[rank:]))
+    """``gather``: ``x`` at the leading coordinates the indices (inputs, broadcast together, each read at the
+    result's leading coordinates) name, and at the result's other coordinates for its other dims."""
+    x, *indices = node.inputs
+    x_shape = ex.graph.nodes[x].spec.shape
+    rank = node.spec.rank - (len(x_shape) - len(indices))  # the indices' broadcast rank
+    at_x = []
+    for dim, index in enumerate(indices):
+        arg, shape, strides = input_view(ex.graph, index)
+        at = fit(coords[:rank], node.spec.shape[:rank], shape)
+        offset = " + ".join(c if st == 1 else f"{c} * {st}" for c, st, size in zip(at, strides, shape)
+                            if size != 1 and st != 0 and c != "0") or "0"
+        at_x.append(ex.syntax.index(arg, offset, x_shape[dim]))
+    return ex.value(x, (*at_x, *coords[rank:]))
 
 
 def _slice_scatter(ex: _Expander, node: Node, coords: Coords) -> int:

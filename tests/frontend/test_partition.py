@@ -402,3 +402,23 @@ def test_a_region_output_that_copies_an_input_is_a_copy_kernel_never_the_input()
     assert record.fused_ops == record.aten_ops == 1 and record.runs == {"kernel": 1}
     assert got.is_contiguous() and got.data_ptr() != x.data_ptr()
     torch.testing.assert_close(got, x)
+
+
+def test_members_a_region_gives_up_stay_one_region_where_a_template_covers_them():
+    # Grouped-query attention's rotary embeddings: the keys' ([2, 2, 8, 16]) joins the queries' region as a sibling
+    # (both read cos and sin) before the attention that reads both is seen; with both outputs the pointwise template
+    # refuses the region, which then gives up the keys' five ops: one region again, not five of one op each.
+    def rope(x, cos, sin):
+        h = x.shape[-1] // 2
+        return x * cos + torch.cat((-x[..., h:], x[..., :h]), dim=-1) * sin
+
+    def fn(q, k, v, cos, sin):
+        return F.scaled_dot_product_attention(rope(q, cos, sin), rope(k, cos, sin), v, enable_gqa=True)
+
+    inputs = (torch.randn(2, 4, 8, 16), torch.randn(2, 2, 8, 16), torch.randn(2, 2, 8, 16), torch.randn(8, 16),
+              torch.randn(8, 16))
+    regions, found = regions_of(fn, *inputs)
+    assert sorted(t for t, _ in regions) == ["attention", "pointwise", "pointwise"], regions
+    assert all(len(ops) == 5 for t, ops in regions if t == "pointwise")
+    record = _installed_matches_aten(fn, *inputs)
+    assert record.regions == 3 and record.fused_ops == record.aten_ops

@@ -13,10 +13,12 @@ def forward(q, k, v, causal=False, mask=None, scale=None):
     return aten._scaled_dot_product_flash_attention_for_cpu.default(q, k, v, 0.0, causal, attn_mask=mask, scale=scale)
 
 
-def make(b, h, lq, lk, d, dv, dtype=torch.float32, causal=False, mask=None, scale=None, seed=0):
+def make(b, h, lq, lk, d, dv, dtype=torch.float32, causal=False, mask=None, scale=None, seed=0, kv_heads=None):
+    """``kv_heads`` < ``h``: grouped-query attention (ATen's CPU flash ops take K and V with fewer heads)."""
     g = torch.Generator().manual_seed(seed)
-    q, k = (torch.randn(b, h, n, d, generator=g).to(dtype) for n in (lq, lk))
-    v = torch.randn(b, h, lk, dv, generator=g).to(dtype)
+    q = torch.randn(b, h, lq, d, generator=g).to(dtype)
+    k = torch.randn(b, kv_heads or h, lk, d, generator=g).to(dtype)
+    v = torch.randn(b, kv_heads or h, lk, dv, generator=g).to(dtype)
     grad = torch.randn(b, h, lq, dv, generator=g).to(dtype)
     if mask == "float":
         mask = torch.randn(1, h, lq, lk, generator=g).to(dtype)
@@ -52,6 +54,10 @@ def cases():
         (backward(causal=True), inputs(2, 2, 16, 16, 8, 8, causal=True, mask="hiding")),
         (backward(), inputs(1, 2, 24, 24, 16, 16, dtype=torch.float64)),
         (backward(), inputs(1, 2, 24, 24, 16, 16, dtype=torch.bfloat16)),
+        # grouped-query attention: dK and dV of a key/value head sum those of its query heads
+        (backward(), inputs(2, 4, 19, 23, 16, 16, kv_heads=2)),
+        (backward(causal=True, parts=(1, 2)), inputs(1, 6, 33, 33, 8, 8, causal=True, mask="hiding", kv_heads=2)),
+        (backward(), inputs(1, 4, 24, 24, 16, 16, dtype=torch.bfloat16, kv_heads=1)),
     ]
 
 
@@ -59,7 +65,8 @@ def ids():
     out = []
     for fn, inputs in cases():
         extra = "_mask" if len(inputs) > 6 else ""
-        out.append(f"{fn.__name__}{extra}_{str(inputs[1].dtype).removeprefix('torch.')}_{inputs[1].shape[2]}x{inputs[2].shape[2]}")
+        gqa = f"_gqa{inputs[1].shape[1]}x{inputs[2].shape[1]}" if inputs[1].shape[1] != inputs[2].shape[1] else ""
+        out.append(f"{fn.__name__}{extra}{gqa}_{str(inputs[1].dtype).removeprefix('torch.')}_{inputs[1].shape[2]}x{inputs[2].shape[2]}")
     return out
 
 

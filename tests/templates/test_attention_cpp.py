@@ -284,3 +284,43 @@ def test_masked_causal_logsumexp_configs_from_the_space(overrides: dict, target:
     mask[..., ::3] = -math.inf
     problem = aten_problem(flash(True), q, k, v, mask)
     check(flash(True), q, k, v, mask, problem=problem, target=target, **in_lanes(overrides, target))
+
+
+# ------------------------------------------------- grouped-query attention (fewer key/value heads)
+
+@by_isa
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_grouped_query_attention_reads_each_key_head_for_its_group(causal: bool, target: Target) -> None:
+    # 6 query heads over 2 key/value heads (SDPA's enable_gqa=True); strided K and V (a [B, T, H, D] layout)
+    q = torch.randn(2, 6, 29, 16)
+    k, v = (torch.randn(2, 37, 2, 16).transpose(1, 2) for _ in range(2))
+    fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)  # noqa: E731
+    problem = problem_of(fn, q, k, v)
+    assert problem.group == 3 and problem.heads == 6
+    check(fn, q, k, v, problem=problem, target=target)
+
+
+def test_grouped_query_flash_op_with_mask_and_logsumexp() -> None:
+    q, k, v = torch.randn(2, 4, 21, 16), torch.randn(2, 1, 21, 16), torch.randn(2, 1, 21, 16)
+    mask = torch.randn(2, 4, 21, 21)
+    mask[..., ::4] = -math.inf
+    problem = aten_problem(flash(True), q, k, v, mask)
+    assert problem.group == 4 and problem.outputs == ("out", "lse")
+    check(flash(True), q, k, v, mask, problem=problem)
+
+
+def test_heads_that_do_not_divide_and_gqa_without_the_flag_stay_eagers() -> None:
+    # eager raises for 3 query heads over 2 key heads, and for 4 over 2 without enable_gqa (here already on meta
+    # tensors); K and V broadcast over heads without the flag: no region either (the template reads groups only
+    # where SDPA was asked for them)
+    from kernelgen.errors import KernelgenError, UnsupportedOpError
+
+    gqa = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)  # noqa: E731
+    plain = lambda q, k, v: F.scaled_dot_product_attention(q, k, v)  # noqa: E731
+    k, v = torch.randn(1, 2, 8, 16), torch.randn(1, 2, 8, 16)
+    with pytest.raises(KernelgenError, match="heads"):
+        kernelgen.trace(gqa, torch.randn(1, 3, 8, 16), k, v)
+    with pytest.raises(KernelgenError, match="size of tensor"):
+        kernelgen.trace(plain, torch.randn(1, 4, 8, 16), k, v)
+    with pytest.raises(UnsupportedOpError, match="key/value heads"):
+        kernelgen.trace(plain, torch.randn(1, 4, 8, 16), k[:, :1], v[:, :1])

@@ -190,3 +190,11 @@ def test_bool_mask_broadcast_over_batch():
         return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
 
     run_graph(kernelgen.trace(fn, q, k, v, mask), [q, k, v, mask], [fn(q, k, v, mask)])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_grouped_query_attention(causal):
+    # 4 query heads over 2 key/value heads (SDPA's enable_gqa=True), with several key blocks
+    source = run(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True),
+                 rand(1, 4, 21, 16), rand(1, 2, 37, 16), rand(1, 2, 37, 16), config=SMALL)
+    assert "kh = h // 2" in source.text

@@ -110,3 +110,36 @@ def test_gather_reads_indices_out_of_range_as_the_reference_does():
     graph, outs = _run(lambda a, i: torch.gather(a, 1, i) + 0, (x, index))
     assert torch.equal(outs[0], evaluate(graph, [x, index])[0])
     assert torch.equal(outs[0], torch.tensor([[4, -1, -1, -1], [10, 10, 10, 8]]))
+
+
+def test_indexing_by_several_index_tensors_is_one_gather_kernel_as_eager():
+    """``x[i, j]`` with index tensors on the leading dims, broadcast together (Mistral's sliding-window mask reads
+    position ids by [batch, query] indices): one gather region, eager's values, negative indices wrapped, eager's
+    IndexError for one past the end of either dim; a full slice before an index stays eager's."""
+    from kernelgen.frontend import dynamo_backend
+
+    dynamo_backend.register()
+    torch._dynamo.reset()
+    x = torch.randn(3, 5, 4)
+    fn = torch.compile(lambda x, i, j: x[i, j] * 2, backend="kernelgen")
+    i, j = torch.tensor([[0], [2], [-1]]), torch.tensor([[1, -5, 4, 0]])  # broadcast to [3, 4]
+    with dynamo_backend.collect() as graphs:
+        torch.testing.assert_close(fn(x, i, j), x[i, j] * 2)
+    assert graphs[0].runs == {"kernel": 1} and not graphs[0].left, graphs[0].as_dict()
+    with pytest.raises(IndexError):
+        x[torch.tensor([[0], [3], [1]]), j]
+    with pytest.raises(IndexError):
+        fn(x, torch.tensor([[0], [3], [1]]), j)
+    with pytest.raises(IndexError):
+        fn(x, i, torch.tensor([[1, 5, 0, 0]]))
+    ints = torch.arange(10).reshape(2, 5).expand(2, 5)  # int64 positions, as the mask's: a broadcast view
+    b, q = torch.arange(2).view(2, 1, 1, 1), torch.arange(5).view(1, 1, 5, 1)
+    g = torch.compile(lambda p, b, q: p[b, q] > 3, backend="kernelgen")
+    with dynamo_backend.collect() as graphs:
+        torch.testing.assert_close(g(ints, b, q), ints[b, q] > 3)
+    assert graphs[0].runs == {"kernel": 1}, graphs[0].as_dict()
+    torch._dynamo.reset()
+    h = torch.compile(lambda x, j: x[:, j] + 1, backend="kernelgen")
+    with dynamo_backend.collect() as graphs:
+        torch.testing.assert_close(h(x, j), x[:, j] + 1)
+    assert any("index" in op for op in graphs[0].left), graphs[0].as_dict()
