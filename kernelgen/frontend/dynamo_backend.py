@@ -101,6 +101,23 @@ def collect() -> Iterator[list[GraphStats]]:
 def compile_graph(gm: Any, name: str = "graph", options: dict | None = None, direct: bool = False) -> GraphStats:
     """Partition ATen graph ``gm`` (nodes carrying ``meta['val']``) and install its regions in place (as
     ``kernelgen::region`` calls, or with ``direct`` as plain calls for a graph that is only executed)."""
+    record, found = plan(gm, name)
+    # the graph as ATen ops alone, cleaned up: what runs if no region's kernel can (plain_when_every_region_fails)
+    record.plain = _plain_copy(gm) if found.regions and not _symbolic(gm) else None
+    record.keys = install(gm, found.regions, options, record.runs, direct)
+    for reason in sorted(set(record.left.values())):
+        log.info("kernelgen %s graph: ATen runs ops because %s", name, reason)
+    with _LOCK:
+        _STATS.append(record)
+        for graphs in _COLLECTORS:
+            graphs.append(record)
+    return record
+
+
+def plan(gm: Any, name: str = "graph") -> tuple[GraphStats, Any]:
+    """``gm`` cleaned up and rewritten in place (still plain ATen ops), its partition and its statistics: what
+    ``compile_graph`` installs, without installing it (``benchmarks/model_coverage.py`` reads a model's coverage
+    from it without building a kernel). Nothing is recorded in ``stats()``."""
     import operator
 
     drop_noop_conversions(gm)  # float32 -> float32 upcasts of the decompositions: no op, no region needed
@@ -127,16 +144,7 @@ def compile_graph(gm: Any, name: str = "graph", options: dict | None = None, dir
         record.fused_ops += sum(1 for n in region.nodes if n.target is not operator.getitem)
         record.templates[region.template] += 1
     record.regions = len(found.regions)
-    # the graph as ATen ops alone, cleaned up: what runs if no region's kernel can (plain_when_every_region_fails)
-    record.plain = _plain_copy(gm) if found.regions and not _symbolic(gm) else None
-    record.keys = install(gm, found.regions, options, record.runs, direct)
-    for reason in sorted(set(record.left.values())):
-        log.info("kernelgen %s graph: ATen runs ops because %s", name, reason)
-    with _LOCK:
-        _STATS.append(record)
-        for graphs in _COLLECTORS:
-            graphs.append(record)
-    return record
+    return record, found
 
 
 def plain_when_every_region_fails(gm: Any, record: GraphStats) -> Any:
@@ -227,5 +235,5 @@ def register() -> None:
         register_backend(name=NAME)(kernelgen_backend)
 
 
-__all__ = ["GRAPH_OPTIONS", "GraphStats", "NAME", "OPTIONS", "collect", "compile_graph", "kernelgen_backend", "register",
-           "reset_stats", "stats"]
+__all__ = ["GRAPH_OPTIONS", "GraphStats", "NAME", "OPTIONS", "collect", "compile_graph", "kernelgen_backend", "plan",
+           "register", "reset_stats", "stats"]
