@@ -183,7 +183,7 @@ def check_seconds(budget: float | None) -> float:
 
 def _check_whole(spec: ModelSpec, db: Any, captured: Any, seconds: float, fingerprint: str) -> Any:
     """The whole-step check, by one of the processes sharing the database (the others' would repeat it)."""
-    from kernelgen.tune.model_check import check_model
+    from kernelgen.tune.model_check import check_model  # deferred: it imports the tuner (Optuna) to record verdicts
 
     with db.lock(f"model-check:{spec.label}:{spec.mode}:{fingerprint}", wait=False) as held:
         if not held:

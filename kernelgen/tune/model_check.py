@@ -139,7 +139,7 @@ def check_model(spec: Any, db: Any, run: Callable[[], Any], eager: Callable[[], 
 @contextlib.contextmanager
 def _untuned_db(tmp: str) -> Iterator[Any]:
     """An empty database: what dispatch sees before any tuning (the benchmark's ``kg-untuned`` column)."""
-    from kernelgen.db import open_db
+    from kernelgen.db import open_db  # deferred: SQLAlchemy (~0.2 s), only for the check's empty database
 
     db = open_db(f"sqlite:///{os.path.join(tmp, 'untuned.sqlite')}")
     try:
