@@ -95,7 +95,7 @@ def test_replay_without_json_prints_a_summary(landscape_file, capsys) -> None:
 
 
 @pytest.mark.parametrize("content", [None, b"{not json", b"[1, 2]", b'{"tune_params": {"x": [1]}}',
-                                     gzip.compress(b'{"tune_params": {"x": [1]}, "cache": {"1": {"x": 2, "time": 1}}}'),
+                                     gzip.compress(b'{"tune_params": {"x": [1]}, "cache": {"1": {"x": 2, "time": 1}}}', mtime=0),
                                      b"\x1f\x8b\x08 truncated gzip"])
 def test_bad_landscape_files_give_one_line_errors(tmp_path: Path, capsys, content: bytes | None) -> None:
     path = tmp_path / "land.json"
