@@ -20,6 +20,18 @@ def test_load_elsewhere_is_busy_time_minus_ours(monkeypatch):
     assert threads.free_threads(2.0, 2) == 1  # never fewer than one
 
 
+def test_steal_time_is_elapsed_but_not_busy(monkeypatch):
+    # user nice system idle iowait irq softirq steal: cpu1 had 60 ticks stolen by the hypervisor, which no
+    # process of this machine holds and fewer threads do not win back
+    stat = ["cpu  200 0 40 100 0 0 0 60", "cpu0 100 0 20 70 10 0 0 0", "cpu1 100 0 20 30 0 5 5 60", "intr 1 2"]
+    assert threads.cpu_ticks(stat, {0, 1}) == (250, 420)
+    assert threads.cpu_ticks(stat, {1}) == (130, 220)
+    monkeypatch.setattr(threads, "_cpus", lambda: {0, 1})
+    busy, total = threads.cpu_ticks(stat, {0, 1})
+    # this process used 200 of the 250 busy ticks: 0.24 CPUs elsewhere, so kernels keep both threads
+    assert threads.free_threads(threads.busy_elsewhere((0, 0, 0), (busy, total, 200)), 2) == 2
+
+
 def test_a_sample_reads_this_machine():
     found = threads.sample()
     if found is None:

@@ -72,14 +72,26 @@ def sample() -> tuple[int, int, int] | None:
             fields = handle.read().rsplit(")", 1)[1].split()
     except OSError:
         return None
+    busy, total = cpu_ticks(lines, cpus)
+    return busy, total, int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+
+
+def cpu_ticks(stat_lines: list[str], cpus: set[int]) -> tuple[int, int]:
+    """``(busy, all)`` ticks of ``cpus`` from ``/proc/stat``'s lines. Steal time (a VM guest's vCPU held by the
+    hypervisor) is elapsed time but not busy: no process of this machine holds the CPU, and fewer threads do not
+    get it back (a stolen vCPU stalls a one-thread kernel as much as one thread of two). Counted as busy, as it
+    was, a KVM guest with half a CPU of steal launched kernelgen's kernels and its graphs' ATen ops on one thread
+    while eager kept two: the same model was up to 2x slower under kernelgen on such a machine than on a quiet one
+    (the 1.5x vs 1.0x eager of issue 33; docs/performance.md)."""
     busy = total = 0
-    for line in lines:
+    for line in stat_lines:
         name, *ticks = line.split()
         if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
-            values = [int(v) for v in ticks[:8]]  # user nice system idle iowait irq softirq steal
+            values = [int(v) for v in ticks[:8]] + [0] * (8 - len(ticks[:8]))
+            user, nice, system, idle, iowait, irq, softirq, steal = values
             total += sum(values)
-            busy += sum(values) - values[3] - values[4]
-    return busy, total, int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+            busy += user + nice + system + irq + softirq
+    return busy, total
 
 
 def _watch() -> None:
@@ -130,4 +142,4 @@ def following_load(run: Callable[..., Any]) -> Callable[..., Any]:
     return run_following_load
 
 
-__all__ = ["ENV", "PERIOD", "busy_elsewhere", "following_load", "free_threads", "sample", "start"]
+__all__ = ["ENV", "PERIOD", "busy_elsewhere", "cpu_ticks", "following_load", "free_threads", "sample", "start"]

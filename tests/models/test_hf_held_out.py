@@ -15,20 +15,16 @@ Skipped where transformers is not installed (``pip install -e '.[models]'``)."""
 
 from __future__ import annotations
 
-import copy
 import os
 
 import pytest
-import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 pytest.importorskip("transformers", reason="transformers is not installed: pip install -e '.[models]'")
 
-from examples.hf_models import HELD_OUT, build  # noqa: E402
-from kernelgen.frontend import dynamo_backend  # noqa: E402
-from kernelgen.tune.model import prepare, step  # noqa: E402
+from examples.hf_models import HELD_OUT  # noqa: E402
+from tests.models.eager_contract import compare_with_eager  # noqa: E402
 
-TOL = {"rtol": 2e-4, "atol": 2e-4}
 # Reasons an op may still run ATen's: a fill with no tensor input that the graph returns (T5's training forward
 # saves its zeros bias for the backward), and views (not counted as ops).
 ALLOWED = ("constant with no tensor inputs",)
@@ -41,34 +37,6 @@ TEMPLATES = {"infer": {"t5": {"attention": 6}, "mistral": {"attention": 2}, "qwe
                        "qwen2": {"attention": 2, "attention_grad": 2}, "vit": {"attention_grad": 2, "gemm": 38}}}
 
 
-def _first(out):
-    return out if isinstance(out, torch.Tensor) else out.to_tuple()[0]
-
-
-def _compare(name: str, mode: str, attention: str | None = None) -> list:
-    dynamo_backend.register()
-    torch._dynamo.reset()
-    model, inputs = build(name, "test", attention=attention)
-    prepare(model, mode)
-    twin = copy.deepcopy(model)
-    want = step(model, (), inputs, mode)()
-    compiled = torch.compile(twin, backend="kernelgen")
-    with dynamo_backend.collect() as graphs:
-        got = step(compiled, (), inputs, mode)()
-    for g, w in zip(got.to_tuple(), want.to_tuple()):
-        if isinstance(w, torch.Tensor):
-            torch.testing.assert_close(g, w, **TOL)
-    if mode == "train":
-        for (n, p), (_, q) in zip(model.named_parameters(), twin.named_parameters()):
-            assert (p.grad is None) == (q.grad is None), n
-            if p.grad is not None:
-                torch.testing.assert_close(q.grad, p.grad, **TOL, msg=lambda m, n=n: f"{n}: {m}")
-    assert sum(g.runs.get("kernel", 0) for g in graphs) > 0, [g.as_dict() for g in graphs]
-    assert not any(g.runs.get("eager") for g in graphs), [g.as_dict() for g in graphs]
-    torch._dynamo.reset()
-    return graphs
-
-
 # T5's training step (an encoder and a decoder, ~300 regions) takes a minute on two cores: marked slow (CI runs it)
 _CASES = [pytest.param(n, m, marks=[pytest.mark.slow] if (n, m) == ("t5", "train") else [])
           for n in HELD_OUT for m in ("infer", "train")]
@@ -76,7 +44,7 @@ _CASES = [pytest.param(n, m, marks=[pytest.mark.slow] if (n, m) == ("t5", "train
 
 @pytest.mark.parametrize(("name", "mode"), _CASES)
 def test_held_out_family_matches_eager_and_runs_every_op_in_regions(name: str, mode: str) -> None:
-    graphs = _compare(name, mode)
+    graphs = compare_with_eager(name, mode)
     left = {op: reason for g in graphs for op, reason in g.left.items()}
     assert not any(n in op for op in left for n in NEEDED[name]), left
     assert all(reason.startswith(ALLOWED) for reason in left.values()), left
@@ -90,7 +58,7 @@ def test_held_out_family_matches_eager_and_runs_every_op_in_regions(name: str, m
 def test_held_out_family_with_written_out_attention_matches_eager(name: str) -> None:
     """``attn_implementation="eager"`` (the written-out softmax(q kᵀ + bias) v the four named models use on CPUs):
     T5's position bias and Mistral's repeat_kv, in inference, where the pattern becomes the attention op."""
-    graphs = _compare(name, "infer", attention="eager")
+    graphs = compare_with_eager(name, "infer", attention="eager")
     left = {op: reason for g in graphs for op, reason in g.left.items()}
     assert all(reason.startswith(ALLOWED) for reason in left.values()), left
     attentions = {"t5": 6, "mistral": 2}[name]  # T5: encoder, decoder (bias + causal mask) and cross, 2 layers
