@@ -30,7 +30,7 @@ from typing import Any
 
 from kernelgen import code_hash
 from kernelgen.backends import get_backend
-from kernelgen.env_flags import env_flag
+from kernelgen.env_flags import PACK_WEIGHTS, env_flag
 from kernelgen.ir.implementation import Implementation, Launcher
 from kernelgen.ir.space import Constraint, Param, SearchSpace
 from kernelgen.ir.target import Target
@@ -45,7 +45,7 @@ CALL = "conv_call"  # "aten" | "onednn"
 POST = "post_op"  # "none" | "relu" | "add" | "add_relu": the epilogue's first ops oneDNN runs inside the convolution
 PACK = "pack_weight"  # a constant weight reordered once for oneDNN
 EPILOGUE = "epilogue_"  # prefix of the pointwise template's parameters in this space
-PACK_ENV = "KERNELGEN_PACK_WEIGHTS"  # 0/off: no packed-weight choice (the switch, read when a space is made)
+PACK_ENV = PACK_WEIGHTS  # 0/off: no packed-weight choice (the switch, read when a space is made)
 POST_OPS = ("none", "relu", "add", "add_relu")
 
 
