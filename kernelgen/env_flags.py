@@ -10,6 +10,10 @@ import os
 
 from kernelgen.errors import KernelgenError
 
+# Off: no packed-weight choice for a convolution's constant weight (``kernelgen.templates.vendor_conv``), for code
+# that updates weights where a tensor's version counter cannot see it (through ``param.data``).
+PACK_WEIGHTS = "KERNELGEN_PACK_WEIGHTS"
+
 # Compared after stripping surrounding whitespace and lower-casing.
 SPELLINGS = {"1": True, "on": True, "true": True, "yes": True, "0": False, "off": False, "false": False, "no": False}
 
@@ -28,4 +32,4 @@ def env_flag(name: str, default: bool) -> bool:
     return value
 
 
-__all__ = ["SPELLINGS", "env_flag"]
+__all__ = ["PACK_WEIGHTS", "SPELLINGS", "env_flag"]

@@ -18,6 +18,7 @@ from typing import Any
 
 from kernelgen.errors import KernelgenError, ShapePropagationError, TraceError, UnsupportedOpError
 from kernelgen.frontend.callables import Callee, describe, innermost
+from kernelgen.frontend.fx_nodes import CONSTANT_INPUTS
 from kernelgen.ir.graph import Graph, GraphBuilder, NodeRef, prune
 from kernelgen.ir.values import TensorSpec
 from kernelgen.lowering.lower import lower
@@ -115,7 +116,8 @@ def capture(callee: Callee, values: Sequence[Any], layout: Any = None, state: Se
     full = list(values) + list(state)
     specs = [v if isinstance(v, TensorSpec) else TensorSpec.of(v) for v in (full[i] for i in picks)]
     propagate_meta(gm, specs)
-    graph, plan = _lower(gm, specs, functional)
+    constant = getattr(callee.fn, CONSTANT_INPUTS, frozenset())  # a region's parameters in inference
+    graph, plan = _lower(gm, specs, functional, frozenset(k for k, i in enumerate(picks) if i in constant))
     return Capture(graph, plan, tuple(picks), _replay(gm, plan))
 
 
@@ -304,7 +306,8 @@ def propagate_meta(gm: Any, specs: Sequence[TensorSpec]) -> None:
                                 f"({type(error).__name__}: {error}); check that the shapes and dtypes fit the function")
 
 
-def _lower(gm: Any, specs: Sequence[TensorSpec], functional: dict[Any, tuple[Any, dict]]) -> tuple[Any, OutputPlan]:
+def _lower(gm: Any, specs: Sequence[TensorSpec], functional: dict[Any, tuple[Any, dict]],
+           constant: frozenset[int] = frozenset()) -> tuple[Any, OutputPlan]:
     import torch.fx
     from torch.utils._pytree import tree_flatten, tree_map
 
@@ -350,6 +353,7 @@ def _lower(gm: Any, specs: Sequence[TensorSpec], functional: dict[Any, tuple[Any
         args = torch.fx.node.map_arg(node.args, lambda a: env[a])
         kwargs = torch.fx.node.map_arg(fx_kwargs, lambda a: env[a])
         env[node] = lower(builder, node.op, target, args, kwargs, node.meta.get("kernelgen_spec"), where)
+    builder.mark_constants(constant)
     return prune(Graph(tuple(builder.nodes), tuple(outputs))), OutputPlan(spec_tree, tuple(leaves))
 
 

@@ -27,7 +27,7 @@ from kernelgen.errors import KernelgenError
 from kernelgen.frontend.attention_pattern import fuse_written_attention, read_kv_groups
 from kernelgen.frontend.cleanup import aten_conversions, drop_noop_conversions, fold_constants
 from kernelgen.frontend.decompositions import decompositions
-from kernelgen.frontend.fx_nodes import is_symbolic, is_view
+from kernelgen.frontend.fx_nodes import CONSTANT_INPUT, is_symbolic, is_view
 from kernelgen.frontend.partition import folded, partition
 from kernelgen.frontend import cuda_graphs, region_op
 from kernelgen.frontend.region_op import install
@@ -211,6 +211,8 @@ def kernelgen_backend(gm: Any, example_inputs: list, options: dict | None = None
 
     def compiler(name: str) -> Any:
         def compile_one(graph_module: Any, inputs: list) -> Any:
+            if name == "inference":
+                mark_constant_inputs(graph_module)
             record = compile_graph(graph_module, name, options, direct=True)
             # its ATen ops take as few threads as its kernels while other processes load the CPUs
             run = make_boxed_func(threads.following_load(plain_when_every_region_fails(graph_module, record)))
@@ -227,6 +229,28 @@ def kernelgen_backend(gm: Any, example_inputs: list, options: dict | None = None
                         decompositions=decompositions())(gm, example_inputs)
 
 
+def mark_constant_inputs(gm: Any) -> int:
+    """Mark the placeholders of inference graph ``gm`` that are the model's parameters and buffers
+    (``fx_nodes.CONSTANT_INPUT``), so a region may prepare them once (a convolution's packed weight,
+    ``kernelgen.templates.vendor_conv``); returns how many. AOTAutograd lists them in the tracing context's
+    ``fw_metadata.static_input_indices`` (torch 2.13: the lifted parameters and buffers, and the Dynamo inputs it
+    marked static, an inlined module's parameters and buffers among them; indices of the compiled graph's
+    placeholders, effect tokens counted, as Inductor's ``get_static_input_idxs`` reads them). Only an inference
+    graph: a training graph's parameters change every step, and its regions' keys stay apart from these."""
+    import torch._guards
+
+    context = torch._guards.TracingContext.try_get()
+    meta = getattr(context, "fw_metadata", None) if context is not None else None
+    indices = set(getattr(meta, "static_input_indices", None) or ())
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    marked = 0
+    for index, node in enumerate(placeholders):
+        if index in indices and isinstance(node.meta.get("val"), torch.Tensor):
+            node.meta[CONSTANT_INPUT] = True
+            marked += 1
+    return marked
+
+
 def register() -> None:
     """Register the backend with Dynamo under ``"kernelgen"`` (a no-op when it already is)."""
     from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
@@ -235,5 +259,6 @@ def register() -> None:
         register_backend(name=NAME)(kernelgen_backend)
 
 
-__all__ = ["GRAPH_OPTIONS", "GraphStats", "NAME", "OPTIONS", "collect", "compile_graph", "kernelgen_backend", "plan",
+__all__ = ["GRAPH_OPTIONS", "GraphStats", "NAME", "OPTIONS", "collect", "compile_graph", "kernelgen_backend",
+           "mark_constant_inputs", "plan",
            "register", "reset_stats", "stats"]

@@ -85,4 +85,11 @@ def is_view(node: Any) -> bool:
     return node.op == "call_function" and op_packet(node) in VIEW_OPS
 
 
-__all__ = ["CONSTANT_OPS", "VIEW_OPS", "constant_value", "is_constant", "is_symbolic", "is_view", "op_name", "op_packet", "spec_of"]
+# A placeholder the backend found to be a parameter or buffer of an inference graph (``dynamo_backend``): its values
+# are the same call after call unless the tensor is updated in place, so a kernel may prepare it once (a packed
+# weight). A region's sub-graph module lists the positions of such inputs in ``CONSTANT_INPUTS`` for the capture.
+CONSTANT_INPUT = "kernelgen_constant_input"
+CONSTANT_INPUTS = "kernelgen_constant_inputs"
+
+
+__all__ = ["CONSTANT_INPUT", "CONSTANT_INPUTS", "CONSTANT_OPS", "VIEW_OPS", "constant_value", "is_constant", "is_symbolic", "is_view", "op_name", "op_packet", "spec_of"]

@@ -102,15 +102,21 @@ SEARCH_OPS = frozenset({"bucketize"})
 over the 1-d ``boundaries`` (an input of that dtype): the first position whose boundary is not below ``x`` (``right``:
 not at or below it), int64 or int32 as the node's dtype; NaN searches to the end as eager's does."""
 OPS = ELEMENTWISE_OPS | REDUCTION_OPS | VIEW_OPS | MOVE_OPS | SCAN_OPS | WINDOW_OPS | SCATTER_OPS | SORT_OPS | SEARCH_OPS | {
-    "input", "matmul", "attention", "attention_lse", "attention_grad", "custom_call"}
+    "input", "matmul", "conv", "attention", "attention_lse", "attention_grad", "custom_call"}
 """Every op a Graph may hold. Attributes: input(index), const(value), gelu(approximate: "none"|"tanh"),
 reduction ops (dims: the reduced dims, absent for the last one; always keepdim), attention(causal, scale) reading
 (q, k, v[, mask]), attention_lse (the same inputs and attributes: the row logsumexp of that attention's scores),
 attention_grad(part: "q" | "k" | "v", causal, scale) reading (grad_out, q, k, v, out, lse[, mask]): the gradient of that
 attention with respect to q, k or v, recomputed from the saved logsumexp as ATen's flash backward does,
-custom_call(name), cat(dim), pad(pads), gather(wrap), cumsum/cumprod/logcumsumexp(dim), window/window_grad(reduce, kernel, stride,
+custom_call(name), conv(stride, padding, dilation, groups) reading (x, weight[, bias]): ATen's
+non-transposed ``convolution`` over the trailing ``len(stride)`` dims (1 to 3), cat(dim), pad(pads), gather(wrap), cumsum/cumprod/logcumsumexp(dim), window/window_grad(reduce, kernel, stride,
 padding, dilation, adaptive, count_include_pad, divisor), scatter/index_put(dim, reduce, include_self, checked, wrap,
-error, opmath), sort/argsort(dim, descending), bucketize(right)."""
+error, opmath), sort/argsort(dim, descending), bucketize(right). An ``input`` read as an operand of
+``CONSTANT_OPERANDS`` may carry ``constant=True``: a parameter or buffer of an inference graph, whose values a
+kernel may prepare once (a packed weight) and reuse until the tensor changes."""
+CONSTANT_OPERANDS: dict[str, tuple[int, ...]] = {"conv": (1,)}
+"""Ops whose operands at these positions are marked ``constant`` when the front end knows the input is one (the
+convolution's weight, which oneDNN can reorder once): only there, so the keys of other regions do not change."""
 
 
 @dataclass(frozen=True)
@@ -273,6 +279,18 @@ class GraphBuilder:
     def spec(self, i: int) -> TensorSpec:
         return self.nodes[i].spec
 
+    def mark_constants(self, indices: Sequence[int] | frozenset[int]) -> None:
+        """Mark ``constant=True`` on the inputs of argument positions ``indices`` that some node reads as one of its
+        ``CONSTANT_OPERANDS`` (call after the last node is added: the marked inputs are new nodes)."""
+        wanted = set(indices)
+        for node in list(self.nodes):
+            for position in CONSTANT_OPERANDS.get(node.op, ()):
+                j = node.inputs[position] if position < len(node.inputs) else None
+                operand = None if j is None else self.nodes[j]
+                if operand is not None and operand.op == "input" and operand.attr("index") in wanted \
+                        and not operand.attr("constant"):
+                    self.nodes[j] = Node("input", (), tuple(sorted((*operand.attrs, ("constant", True)))), operand.spec)
+
     def const(self, value: float | int | bool, dtype: str) -> int:
         if isinstance(value, float) and not math.isfinite(value):
             value = "inf" if value > 0 else ("-inf" if value < 0 else "nan")  # JSON has no inf/nan
@@ -335,5 +353,5 @@ def prune(graph: Graph) -> Graph:
     return Graph(tuple(nodes), tuple(remap[i] for i in graph.outputs))
 
 
-__all__ = ["Graph", "Node", "OPS", "ELEMENTWISE_OPS", "INDEX_REDUCTIONS", "MOVE_OPS", "PREDICATE_OPS", "REDUCTION_OPS",
+__all__ = ["CONSTANT_OPERANDS", "Graph", "Node", "OPS", "ELEMENTWISE_OPS", "INDEX_REDUCTIONS", "MOVE_OPS", "PREDICATE_OPS", "REDUCTION_OPS",
            "SCAN_OPS", "SCATTER_OPS", "SEARCH_OPS", "SORT_OPS", "WINDOW_OPS", "GraphBuilder", "NodeRef", "broadcast_shapes", "encode_pads", "pad_pairs", "prune", "reduced_dims"]

@@ -38,7 +38,7 @@ def _exact_dtype(torch: Any, dtype: Any) -> Any:
 #   one kernel too, so rounding each of their nodes would credit eager with errors it does not make;
 # - "exact": every float node in float64, nothing rounded (the values a computation in any dtype approximates).
 PRECISIONS = ("ir", "eager", "exact")
-_ROUNDED_BY_EAGER = frozenset({"matmul", "attention"})
+_ROUNDED_BY_EAGER = frozenset({"matmul", "conv", "attention"})
 
 
 def _const(value: Any) -> float:
@@ -181,6 +181,11 @@ def _eval_node(torch: Any, ops: dict, node: Node, values: list, inputs: Sequence
         return _scatter(torch, node, [a.expand(shape) for a, shape in zip(args, input_shapes)])
     if op == "matmul":
         return torch.matmul(args[0], args[1])
+    if op == "conv":
+        stride = list(node.attr("stride"))
+        return torch.convolution(args[0], args[1], args[2] if len(args) > 2 else None, stride,
+                                 list(node.attr("padding")), list(node.attr("dilation")), False, [0] * len(stride),
+                                 node.attr("groups"))
     if op == "attention":
         grouped = args[0].dim() == 4 and args[1].shape[-3] != args[0].shape[-3]  # fewer key/value heads
         return torch.nn.functional.scaled_dot_product_attention(*args[:3], attn_mask=_float_mask(torch, args),

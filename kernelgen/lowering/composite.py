@@ -1,5 +1,5 @@
 """Rules for ops that are more than one elementwise op: softmax and layer_norm written out over reductions,
-views (reshape, transpose), GEMMs (matmul, linear, addmm), attention, custom calls and size queries."""
+views (reshape, transpose), GEMMs (matmul, linear, addmm), convolutions, attention, custom calls and size queries."""
 
 from __future__ import annotations
 
@@ -204,3 +204,61 @@ def _size(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> Any:
     spec = b.spec(int(args[0]))
     dim = arg(args, kwargs, 1, "dim")
     return spec.shape if dim is None else spec.shape[dim]
+
+
+# ------------------------------------------------------------------------------------------ convolution
+
+def _triple(value: Any, spatial: int, name: str, where: str) -> tuple[int, ...]:
+    """A convolution's per-dim integer argument (an int, or one int per spatial dim) as a tuple."""
+    values = (value,) * spatial if isinstance(value, int) else tuple(value)
+    if len(values) == 1 and spatial > 1:
+        values = values * spatial
+    if len(values) != spatial or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise UnsupportedOpError(f"convolution {name}={value!r} at `{where}`; one int per spatial dim")
+    return values
+
+
+def _convolution(b: Any, x: Any, w: Any, bias: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
+                 meta: Any, where: str, spatial: int | None = None) -> int:
+    if not (is_node(x) and is_node(w)) or (bias is not None and not is_node(bias)) or meta is None:
+        raise UnsupportedOpError(f"convolution at `{where}` takes tensors for its input, weight and bias")
+    if spatial is not None and b.spec(int(x)).rank != spatial + 2:
+        raise UnsupportedOpError(f"unbatched conv{spatial}d at `{where}`; a batched input is lowered")
+    spatial = b.spec(int(x)).rank - 2
+    if not 1 <= spatial <= 3 or b.spec(int(w)).rank != spatial + 2 or not isinstance(groups, int) or groups < 1:
+        raise UnsupportedOpError(f"convolution of a rank-{b.spec(int(x)).rank} input at `{where}`; a batched 1-3d "
+                                 "convolution is lowered")
+    if isinstance(padding, str):
+        raise UnsupportedOpError(f"convolution padding={padding!r} at `{where}`; give the pads as ints")
+    attrs = {"stride": _triple(stride, spatial, "stride", where), "padding": _triple(padding, spatial, "padding", where),
+             "dilation": _triple(dilation, spatial, "dilation", where), "groups": groups}
+    operands = (int(x), int(w)) if bias is None else (int(x), int(w), int(bias))
+    return b.add("conv", operands, TensorSpec(meta.shape, meta.dtype), **attrs)
+
+
+@handles("aten.convolution")
+def _aten_convolution(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+    """``aten.convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups)``; a transposed
+    one stays ATen's."""
+    x, w, bias, stride, padding, dilation, transposed, _, groups = (
+        arg(args, kwargs, i, n) for i, n in enumerate(("input", "weight", "bias", "stride", "padding", "dilation",
+                                                        "transposed", "output_padding", "groups")))
+    if transposed:
+        raise UnsupportedOpError(f"transposed convolution at `{where}`; it stays ATen's")
+    return _convolution(b, x, w, bias, stride, padding, dilation, groups, meta, where)
+
+
+def _conv_nd(spatial: int) -> Any:
+    """``F.conv{spatial}d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1)`` (int pads only)."""
+
+    def rule(b: Any, args: tuple, kwargs: dict, meta: Any, where: str) -> int:
+        return _convolution(b, arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "weight"),
+                            arg(args, kwargs, 2, "bias"), arg(args, kwargs, 3, "stride", 1),
+                            arg(args, kwargs, 4, "padding", 0), arg(args, kwargs, 5, "dilation", 1),
+                            arg(args, kwargs, 6, "groups", 1), meta, where, spatial)
+
+    return rule
+
+
+for _spatial in (1, 2, 3):
+    handles(f"conv{_spatial}d")(_conv_nd(_spatial))

@@ -1,7 +1,7 @@
 """Template families and matching: ``match(graph)`` picks the first template, in priority order, that covers it.
 
 Order matters: attention (and its backward) before GEMM (attention contains matmuls), GEMM before row reduction, row
-reduction before pointwise (a pointwise chain is a reduction without reductions); the scan, the sort, the search,
+reduction before pointwise, the convolution (one ATen convolution and its pointwise epilogue) before pointwise (a pointwise chain is a reduction without reductions); the scan, the sort, the search,
 the window and the scatter take only graphs with a scan, a sort, a bucketize, a window (pooling) or a write at
 computed positions, which no other template matches.
 """
@@ -16,7 +16,7 @@ from kernelgen.ir.graph import Graph
 from kernelgen.templates.base import Problem, Template
 
 log = logging.getLogger(__name__)
-_FAMILIES = ("attention", "attention_grad", "gemm", "reduction", "scan", "sort", "search", "window", "scatter", "pointwise")
+_FAMILIES = ("attention", "attention_grad", "gemm", "reduction", "scan", "sort", "search", "window", "scatter", "conv", "pointwise")
 
 
 def templates() -> tuple[Template, ...]:

@@ -1,7 +1,8 @@
 """The template implementations of a graph on a backend, in the order dispatch tries them untuned.
 
 For a matmul-like graph that is ATen's matmul with a kernelgen epilogue (``aten_gemm``, what eager runs) and
-the generated GEMM, in the order ``vendor_gemm_first`` says; for other graphs the one matching template.
+the generated GEMM, in the order ``vendor_gemm_first`` says; for a convolution ATen's (or oneDNN's) call with a
+kernelgen epilogue (``aten_conv``: no generated convolution); for other graphs the one matching template.
 ``rebuild`` is how a measurement worker gets one of them back from its graph.
 """
 
@@ -14,7 +15,11 @@ from kernelgen.ir.graph import Graph
 from kernelgen.ir.implementation import Implementation
 from kernelgen.templates import match
 from kernelgen.templates.implementation import TemplateImplementation
+from kernelgen.templates.vendor_conv import VendorConvImplementation
 from kernelgen.templates.vendor_gemm import VendorGemmImplementation
+
+# Families with no generated kernel: the implementation that calls the vendor's op with a kernelgen epilogue.
+VENDOR_ONLY = {"conv": VendorConvImplementation}
 
 
 def template_implementations(graph: Graph, backend: str) -> list[Implementation]:
@@ -22,6 +27,8 @@ def template_implementations(graph: Graph, backend: str) -> list[Implementation]
     matched = match(graph)
     if matched is None or backend not in matched[0].backends:
         return []
+    if matched[0].name in VENDOR_ONLY:
+        return [VENDOR_ONLY[matched[0].name](matched[1], backend)]
     generated = TemplateImplementation(matched[0], matched[1], backend)
     if matched[0].name != "gemm":
         return [generated]
@@ -47,4 +54,4 @@ def rebuild(graph: Graph, backend: str, name: str) -> Implementation:
     raise NoTemplateError(f"no template implementation named {name!r} covers this graph on backend {backend!r}")
 
 
-__all__ = ["rebuild", "template_implementations", "vendor_gemm_first"]
+__all__ = ["VENDOR_ONLY", "rebuild", "template_implementations", "vendor_gemm_first"]

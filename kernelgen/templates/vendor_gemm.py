@@ -63,9 +63,11 @@ def apply_view(tensor: Any, steps: tuple[tuple[str, tuple[int, ...]], ...], batc
     return tensor
 
 
-def epilogue_graph(graph: Graph, result: int) -> tuple[Graph, tuple[int, ...]] | None:
-    """The graph's output as a function of node ``result`` (now its last input) and the original inputs it
-    reads; with the original argument positions those inputs had. None when the output is ``result``."""
+def epilogue_graph(graph: Graph, result: int, strides: tuple[int, ...] | None = None
+                   ) -> tuple[Graph, tuple[int, ...]] | None:
+    """The graph's output as a function of node ``result`` (now its last input, contiguous or with ``strides``: the
+    layout the vendor's call writes it in) and the original inputs it reads; with the original argument positions
+    those inputs had. None when the output is ``result``."""
     out = graph.outputs[0]
     if out == result:
         return None
@@ -78,7 +80,7 @@ def epilogue_graph(graph: Graph, result: int) -> tuple[Graph, tuple[int, ...]] |
     nodes = [Node("input", (), (("index", k),), graph.nodes[i].spec) for k, i in enumerate(used)]
     spec = graph.nodes[result].spec
     remap[result] = len(nodes)
-    nodes.append(Node("input", (), (("index", len(used)),), TensorSpec(spec.shape, spec.dtype)))
+    nodes.append(Node("input", (), (("index", len(used)),), TensorSpec(spec.shape, spec.dtype, strides)))
     for i, node in enumerate(graph.nodes):
         if i in live and i not in remap:
             remap[i] = len(nodes)

@@ -5,8 +5,10 @@ backend, forward and backward, against eager:
   positions by [batch, query] indices), a gather kernel where they are on the leading dims, ATen's op otherwise;
 - ``aten.convolution`` and ``aten.convolution_backward`` (``nn.functional.conv1d/2d/3d``), decomposed into a patch
   copy and GEMMs where the stride equals the kernel (a vision transformer's patch embedding,
-  ``kernelgen.frontend.patches``), ATen's op otherwise. op_db's samples have overlapping windows, padding, dilation
-  or groups (all stay ATen's: the decomposition must keep them), so patch-shaped samples in the same form are added.
+  ``kernelgen.frontend.patches``); any other forward convolution of a contiguous input is a ``conv`` region (ATen's
+  convolution called by ``aten_conv``, issue 33 item 3) and its backward ATen's op. op_db's samples have overlapping
+  windows, padding, dilation or groups (the decomposition must keep them), so patch-shaped samples in the same form
+  are added.
 """
 
 from __future__ import annotations
@@ -88,8 +90,9 @@ def test_convolution_samples_and_patch_embeddings_through_the_backend_match_eage
     info = _info(name)
     samples = list(info.sample_inputs("cpu", torch.float32, requires_grad=True))
     assert samples
-    for sample in samples:  # overlapping windows, padding, dilation, groups: ATen's convolution, eager's values
-        _run(info.op, sample)
+    # overlapping windows, padding, dilation, groups: conv regions (their one-op regions run the region's call, the
+    # suite turning the untuned ATen-first rule off), eager's values and gradients
+    assert sum(_run(info.op, sample) for sample in samples), f"no {name} sample ran a conv region"
     for sample in _patch_samples(info, torch.float64):
         assert _run(info.op, sample), f"the patch convolution {sample} ran no kernelgen kernel"
 
