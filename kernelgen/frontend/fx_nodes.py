@@ -92,4 +92,13 @@ CONSTANT_INPUT = "kernelgen_constant_input"
 CONSTANT_INPUTS = "kernelgen_constant_inputs"
 
 
-__all__ = ["CONSTANT_INPUT", "CONSTANT_INPUTS", "CONSTANT_OPS", "VIEW_OPS", "constant_value", "is_constant", "is_symbolic", "is_view", "op_name", "op_packet", "spec_of"]
+def is_constant_input(node: Any) -> bool:
+    """Whether fx node ``node`` is a ``CONSTANT_INPUT`` placeholder or a view of one (a Linear's weight reaches its
+    matmul region as ``t(weight)``, a view ATen makes outside the region each call; a view shares its base's
+    memory and version counter, so it is as constant as the base)."""
+    while is_view(node) and node.args and hasattr(node.args[0], "meta"):
+        node = node.args[0]
+    return bool(node.meta.get(CONSTANT_INPUT))
+
+
+__all__ = ["CONSTANT_INPUT", "CONSTANT_INPUTS", "CONSTANT_OPS", "VIEW_OPS", "constant_value", "is_constant", "is_constant_input", "is_symbolic", "is_view", "op_name", "op_packet", "spec_of"]

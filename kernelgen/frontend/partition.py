@@ -22,7 +22,7 @@ from typing import Any
 
 from kernelgen.errors import KernelgenError, UnsupportedOpError
 from kernelgen.frontend.decompositions import kept_whole
-from kernelgen.frontend.fx_nodes import CONSTANT_INPUT, is_constant, is_view, spec_of
+from kernelgen.frontend.fx_nodes import is_constant, is_constant_input, is_view, spec_of
 from kernelgen.ir.graph import Graph, GraphBuilder, NodeRef, prune
 from kernelgen.ir.values import TensorSpec
 from kernelgen.lowering.lower import lower, refusal
@@ -124,7 +124,7 @@ def lower_region(members: list[Any], seen: Any = None, fresh: Any = (), fold: bo
         return any(u not in member_set and (seen is None or u in seen or u.op == "output") for u in n.users)
 
     outputs = [n for n in members if isinstance(env.get(n), NodeRef) and read_outside(n)]
-    builder.mark_constants({k for k, n in enumerate(inputs) if n.meta.get(CONSTANT_INPUT)})
+    builder.mark_constants({k for k, n in enumerate(inputs) if is_constant_input(n)})
     so_far = Graph(tuple(builder.nodes), ())
     ids = []
     for n in outputs:

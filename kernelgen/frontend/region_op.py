@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from kernelgen.errors import KernelgenError
-from kernelgen.frontend.fx_nodes import CONSTANT_INPUT, CONSTANT_INPUTS, constant_value, is_symbolic, is_view, op_name, spec_of
+from kernelgen.frontend.fx_nodes import CONSTANT_INPUTS, constant_value, is_constant_input, is_symbolic, is_view, op_name, spec_of
 from kernelgen.frontend.patterns import aten_graph_of
 from kernelgen.registry import add_pattern_tracer
 from kernelgen.runtime.aten import NAME as ATEN
@@ -373,7 +373,7 @@ def _subgraph(gm: Any, region: Any) -> Any:
     sub = torch.fx.GraphModule(gm, graph)
     # the inputs that are parameters or buffers of an inference graph, for the capture's graph (its placeholders
     # are traced anew, without this meta)
-    setattr(sub, CONSTANT_INPUTS, frozenset(i for i, n in enumerate(region.inputs) if n.meta.get(CONSTANT_INPUT)))
+    setattr(sub, CONSTANT_INPUTS, frozenset(i for i, n in enumerate(region.inputs) if is_constant_input(n)))
     return sub
 
 

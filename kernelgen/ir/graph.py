@@ -112,11 +112,12 @@ custom_call(name), conv(stride, padding, dilation, groups) reading (x, weight[, 
 non-transposed ``convolution`` over the trailing ``len(stride)`` dims (1 to 3), cat(dim), pad(pads), gather(wrap), cumsum/cumprod/logcumsumexp(dim), window/window_grad(reduce, kernel, stride,
 padding, dilation, adaptive, count_include_pad, divisor), scatter/index_put(dim, reduce, include_self, checked, wrap,
 error, opmath), sort/argsort(dim, descending), bucketize(right). An ``input`` read as an operand of
-``CONSTANT_OPERANDS`` may carry ``constant=True``: a parameter or buffer of an inference graph, whose values a
-kernel may prepare once (a packed weight) and reuse until the tensor changes."""
-CONSTANT_OPERANDS: dict[str, tuple[int, ...]] = {"conv": (1,)}
+``CONSTANT_OPERANDS`` (directly or through ``VIEW_OPS``) may carry ``constant=True``: a parameter or buffer of an
+inference graph, whose values a kernel may prepare once (a packed weight) and reuse until the tensor changes."""
+CONSTANT_OPERANDS: dict[str, tuple[int, ...]] = {"conv": (1,), "matmul": (1,)}
 """Ops whose operands at these positions are marked ``constant`` when the front end knows the input is one (the
-convolution's weight, which oneDNN can reorder once): only there, so the keys of other regions do not change."""
+convolution's weight, which oneDNN can reorder once; a matmul's B, a Linear's weight seen through its transpose,
+which MKL can pack once): only there, so the keys of other regions do not change."""
 
 
 @dataclass(frozen=True)
@@ -281,11 +282,14 @@ class GraphBuilder:
 
     def mark_constants(self, indices: Sequence[int] | frozenset[int]) -> None:
         """Mark ``constant=True`` on the inputs of argument positions ``indices`` that some node reads as one of its
-        ``CONSTANT_OPERANDS`` (call after the last node is added: the marked inputs are new nodes)."""
+        ``CONSTANT_OPERANDS``, directly or through view nodes (a Linear's weight reaches its matmul as a transpose
+        of the input); call after the last node is added: the marked inputs are new nodes."""
         wanted = set(indices)
         for node in list(self.nodes):
             for position in CONSTANT_OPERANDS.get(node.op, ()):
                 j = node.inputs[position] if position < len(node.inputs) else None
+                while j is not None and self.nodes[j].op in VIEW_OPS:
+                    j = self.nodes[j].inputs[0]
                 operand = None if j is None else self.nodes[j]
                 if operand is not None and operand.op == "input" and operand.attr("index") in wanted \
                         and not operand.attr("constant"):
