@@ -14,7 +14,7 @@ Config choices, each measured by the tuner, never assumed faster (default: ATen'
   a residual add of a same-shaped input, or that add then ReLU; the rest of the epilogue still runs as the kernel;
 - ``pack_weight``: with ``onednn``, a weight the front end marked ``constant`` (a parameter or buffer of an
   inference graph, ``kernelgen.frontend.dynamo_backend``) reordered once into oneDNN's blocked layout
-  (``_reorder_convolution_weight``) and reused while it is unchanged (``PackedWeight``);
+  (``_reorder_convolution_weight``) and reused while it is unchanged (``packed_weights.PackedWeight``);
   ``KERNELGEN_PACK_WEIGHTS=0`` takes the choice away. A packed convolution writes channels-last: the epilogue then
   reads that layout (one more epilogue kernel), and without an epilogue the copy into the output transposes.
 
@@ -37,6 +37,7 @@ from kernelgen.ir.target import Target
 from kernelgen.ir.values import Config, TensorSpec
 from kernelgen.templates.conv import ConvProblem
 from kernelgen.templates.implementation import REBUILD, TemplateImplementation
+from kernelgen.templates.packed_weights import PackedWeight
 from kernelgen.templates.pointwise import TEMPLATE as POINTWISE
 from kernelgen.templates.vendor_gemm import epilogue_graph
 
@@ -229,31 +230,6 @@ class VendorConvImplementation(Implementation):
         return f"VendorConvImplementation(backend={self.backend!r})"
 
 
-class PackedWeight:
-    """A weight reordered for oneDNN, made on the first call and again whenever the weight tensor changes.
-
-    Cached per launcher, keyed on the weight tensor's identity and its ``_version``: any in-place update through
-    the tensor or a view of it (an optimizer step, ``load_state_dict``, ``with no_grad(): w.mul_(2)``) bumps the
-    version and the next call repacks; another tensor repacks too. The entry holds the tensor itself, so its memory
-    cannot be freed and reused by another tensor that would then look like it. What it cannot see: a write through
-    ``param.data`` (``.data`` is a tensor with a version counter of its own, so ``param.data.copy_(new)`` leaves
-    ``param._version`` as it was), nor a write from outside PyTorch into the storage; set
-    ``KERNELGEN_PACK_WEIGHTS=0`` for code that updates weights that way."""
-
-    def __init__(self, pack: Any) -> None:
-        self._pack = pack
-        self._entry: tuple[Any, int, Any] | None = None  # (weight, its version when packed, packed weight)
-
-    def __call__(self, weight: Any, x: Any) -> Any:
-        entry = self._entry
-        if entry is not None and entry[0] is weight and entry[1] == weight._version:
-            return entry[2]
-        version = weight._version  # read before packing: a write during the reorder repacks next call
-        packed = self._pack(weight, x)
-        self._entry = (weight, version, packed)  # one assignment: a concurrent caller sees an old or new entry
-        return packed
-
-
 class ConvLauncher:
     """Runs one config: the convolution call, then the compiled epilogue kernel (or a copy into the output)."""
 
@@ -311,5 +287,5 @@ class ConvLauncher:
     launch = __call__
 
 
-__all__ = ["CALL", "ConvLauncher", "NAME", "PACK", "PACK_ENV", "POST", "POST_OPS", "PackedWeight",
+__all__ = ["CALL", "ConvLauncher", "NAME", "PACK", "PACK_ENV", "POST", "POST_OPS",
            "VendorConvImplementation", "channels_last"]

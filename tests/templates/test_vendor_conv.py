@@ -20,7 +20,8 @@ from kernelgen.ir.target import Target  # noqa: E402
 from kernelgen.ir.values import Config  # noqa: E402
 from kernelgen.runtime.implementations import candidates_for  # noqa: E402
 from kernelgen.templates import match  # noqa: E402
-from kernelgen.templates.vendor_conv import CALL, NAME, PACK, PACK_ENV, POST, PackedWeight, channels_last  # noqa: E402
+from kernelgen.templates.packed_weights import PackedWeight  # noqa: E402
+from kernelgen.templates.vendor_conv import CALL, NAME, PACK, PACK_ENV, POST, channels_last  # noqa: E402
 
 TARGET = Target.current("cpp")
 ONEDNN = torch.backends.mkldnn.is_available()
@@ -141,7 +142,7 @@ def test_a_packed_weight_updated_in_place_gives_eagers_new_answer():
     torch.testing.assert_close(out, fn(*other))
 
 
-def test_packed_weight_cache_repacks_on_identity_or_version_only():
+def test_packed_weight_cache_repacks_on_base_place_or_version_only():
     packs = []
 
     def pack(w, x):
@@ -149,17 +150,22 @@ def test_packed_weight_cache_repacks_on_identity_or_version_only():
         return w * 1
 
     cache = PackedWeight(pack)
-    w, x = torch.ones(3), torch.ones(1)
+    w, x = torch.ones(3, 2), torch.ones(1)
     first = cache(w, x)
     assert cache(w, x) is first and len(packs) == 1  # unchanged: reused
     w.add_(1)
     assert cache(w, x) is not first and len(packs) == 2  # written in place: repacked
-    alias = w.view(3)  # another tensor object over the same memory: repacked, never assumed equal
-    cache(alias, x)
+    assert cache(w.view(3, 2), x) is cache(w, x) and len(packs) == 2  # a new view object, same place: its values
+    cache(w.t(), x)  # another view of the same base (a Linear's t(weight)): repacked
     assert len(packs) == 3
-    del alias
-    cache(w, x)
+    assert cache(w.t(), x) is cache(w.t(), x) and len(packs) == 3  # t(weight) made anew each call: packed once
+    w.t().mul_(2)  # a write through a view bumps the version the base shares
+    cache(w.t(), x)
     assert len(packs) == 4
+    cache(w.clone(), x)  # another tensor, equal values: repacked, never assumed equal
+    assert len(packs) == 5
+    cache(w[1:], x)  # another place in the same base
+    assert len(packs) == 6
 
 
 def test_match_takes_one_convolution_of_inputs_and_a_pointwise_epilogue():
