@@ -25,6 +25,7 @@ from typing import Any
 
 from kernelgen import code_hash
 from kernelgen.backends import get_backend
+from kernelgen.env_flags import PACK_WEIGHTS, env_flag
 from kernelgen.ir.graph import Graph, Node
 from kernelgen.ir.implementation import Implementation, Launcher
 from kernelgen.ir.space import Constraint, Param, SearchSpace
@@ -33,11 +34,56 @@ from kernelgen.ir.values import Config, TensorSpec
 from kernelgen.templates.gemm import GemmProblem
 from kernelgen.templates.implementation import REBUILD, TemplateImplementation
 from kernelgen.templates.indexing import dynamic_source
+from kernelgen.templates.packed_weights import PackedWeight
 from kernelgen.templates.pointwise import TEMPLATE as POINTWISE
 
 NAME = "aten_gemm"
 ADDMM = "bias_in_addmm"  # the config key: the row bias goes into addmm's beta*bias (True) or the epilogue
 EPILOGUE = "epilogue_"  # prefix of the pointwise template's parameters in this space
+PACK = "pack_weight"  # the config key: a constant B packed once for the vendor's linear (True) or ATen's matmul
+PACK_ENV = PACK_WEIGHTS  # 0/off: no packed-weight choice (the switch, read when a space is made)
+
+
+@dataclass(frozen=True)
+class PackedLinear:
+    """A vendor linear over a weight packed once: ``available()`` (this torch and CPU have it), ``pack(w, m)`` (the
+    [N, K] weight, contiguous, for ``m`` rows) and ``run(x, packed, w, m, bias)`` (``x @ w.T + bias`` for 2-d
+    ``x``, a fresh contiguous tensor; ``bias`` may be None)."""
+
+    available: Any
+    pack: Any
+    run: Any
+
+
+def _torch() -> Any:
+    import torch  # deferred: the table is read when a space is made, before anything runs
+
+    return torch
+
+
+def _mkl() -> bool:
+    torch = _torch()
+    return torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
+
+
+def _onednn_bf16() -> bool:
+    torch = _torch()
+    return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
+# The packed call per dtype (a dtype not here is never packed): MKL's sgemm on a packed B in float32 (given the
+# packing's row count ``m``: a call with other rows runs the unpacked weight ``w``), oneDNN's linear on a reordered
+# weight in bfloat16 where the CPU has oneDNN's bf16 path.
+PACKED_LINEARS: dict[str, PackedLinear] = {
+    "float32": PackedLinear(
+        _mkl,
+        lambda w, m: _torch().ops.mkl._mkl_reorder_linear_weight(w, m),
+        lambda x, packed, w, m, bias: _torch().ops.mkl._mkl_linear(x, packed, w, bias, m)),
+    "bfloat16": PackedLinear(
+        _onednn_bf16,
+        lambda w, m: _torch().ops.mkldnn._reorder_linear_weight(w, m),
+        lambda x, packed, w, m, bias: _torch().ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")),
+}
 
 
 def view_steps(graph: Graph, node_id: int) -> tuple[int, tuple[tuple[str, tuple[int, ...]], ...]]:
@@ -120,6 +166,19 @@ class VendorGemmImplementation(Implementation):
             self._plans[True] = self._plan(*bias)
             self._bias = view_steps(g, bias[1])
 
+    def _packable(self, target: Target) -> bool:
+        """A packed B is offered only for a 2-d B the front end marked constant (a parameter of an inference graph,
+        never a training graph's), in a static graph (a packing is for one row count), on the C++ backend on a CPU
+        in a dtype ``PACKED_LINEARS`` packs with a call this machine has, unless ``KERNELGEN_PACK_WEIGHTS`` is
+        off."""
+        g, mm = self.graph, self.graph.nodes[self.problem.matmul]
+        a, b = g.nodes[mm.inputs[0]].spec, g.nodes[mm.inputs[1]].spec
+        base = next(n for n in g.nodes if n.op == "input" and n.attr("index") == self._b[0])
+        linear = PACKED_LINEARS.get(mm.spec.dtype)
+        return (bool(base.attr("constant")) and b.rank == 2 and a.rank >= 2 and a.dtype == b.dtype == mm.spec.dtype
+                and not g.dynamic and self.backend == "cpp" and target.tensor_device == "cpu"
+                and linear is not None and linear.available() and env_flag(PACK_ENV, True))
+
     def _plan(self, result: int, bias: int | None) -> _Plan:
         found = epilogue_graph(self.graph, result)
         if found is None:
@@ -160,8 +219,9 @@ class VendorGemmImplementation(Implementation):
 
     def space(self, target: Target) -> SearchSpace:
         """The epilogue's pointwise parameters (prefixed ``epilogue_``) and, where the epilogue starts with a
-        row bias add, whether addmm adds it. Configs that only differ in an epilogue that does not run are
-        rejected, so the tuner does not measure one kernel twice."""
+        row bias add, whether addmm adds it, and where B is a constant weight, whether it is packed once for the
+        vendor's linear (``PACKED_LINEARS``; the bias then goes into that call). Configs that only differ in an
+        epilogue that does not run are rejected, so the tuner does not measure one kernel twice."""
         full = self._plans[False].epilogue
         params: list[Param] = []
         constraints: list[Constraint] = []
@@ -180,6 +240,9 @@ class VendorGemmImplementation(Implementation):
                 constraints.append(Constraint("with the bias in addmm there is no epilogue to configure",
                                               lambda cfg: not cfg[ADDMM] or all(
                                                   cfg[k] == v for k, v in fixed.items() if k != ADDMM)))
+        if self._packable(target):
+            params.append(Param(PACK, (False, True)))
+            default[PACK] = False  # ATen's matmul, eager's call: the packed one runs only once measured faster
         return SearchSpace(params, constraints, default)
 
     @staticmethod
@@ -193,7 +256,8 @@ class VendorGemmImplementation(Implementation):
         plan = self._plans[bool(config.get(ADDMM, False))]
         epilogue = None if plan.epilogue is None else plan.epilogue.build(self._inner(config), target)
         spec = self.graph.nodes[plan.result].spec
-        return VendorLauncher(self, plan, epilogue, spec, target)
+        packed = PACKED_LINEARS[self.graph.nodes[self.problem.matmul].spec.dtype] if config.get(PACK) else None
+        return VendorLauncher(self, plan, epilogue, spec, target, packed)
 
     def shape_generic(self, target: Target) -> bool:
         """On a shape-generic graph: ATen's matmul takes any size, so this is generic when every epilogue is
@@ -208,10 +272,11 @@ class VendorGemmImplementation(Implementation):
 class VendorLauncher:
     """Runs one config: the ATen matmul into the output (no epilogue) or into a per-thread scratch buffer
     reused across calls (a fresh buffer per call costs page faults comparable to the matmul at these sizes),
-    then the compiled epilogue kernel."""
+    then the compiled epilogue kernel; or, with a packed B, the vendor's linear (its fresh result copied into
+    the output or read by the epilogue)."""
 
     def __init__(self, impl: VendorGemmImplementation, plan: _Plan, epilogue: Any, spec: TensorSpec,
-                 target: Target) -> None:
+                 target: Target, linear: PackedLinear | None = None) -> None:
         import torch
 
         self._torch = torch
@@ -230,6 +295,17 @@ class VendorLauncher:
         # when the matmul result has it (the scratch buffer then has that many rows)
         self._batch = impl.graph.dynamic
         self._rows_from = dynamic_source(impl.graph, spec.shape)
+        # a packed constant B: the vendor's linear over the weight packed once (``PackedWeight``: again after an
+        # in-place update), its fresh result copied into the output or read by the epilogue
+        self._linear = linear
+        self._packed = None if linear is None else PackedWeight(self._pack)
+
+    def _pack(self, w: Any, x: Any) -> tuple[Any, Any, int]:
+        """``(packed, [N, K] weight, rows)`` for B = ``w.T`` and A = ``x``; keeps the contiguous weight, which the
+        vendor's call reads when a call's rows differ from the packing's."""
+        w = w.contiguous()
+        rows = x.numel() // max(x.shape[-1], 1)
+        return self._linear.pack(w, rows), w, rows
 
     def _buffer(self, device: Any, tensors: tuple) -> Any:
         rows = None if self._rows_from is None else tensors[self._rows_from].shape[0]
@@ -246,13 +322,22 @@ class VendorLauncher:
         out = tensors[-1]
         a = apply_view(tensors[self._a[0]], self._a[1], self._batch)
         b = apply_view(tensors[self._b[0]], self._b[1], self._batch)
+        bias = None if self._bias is None else \
+            apply_view(tensors[self._bias[0]], self._bias[1], self._batch).reshape(-1)
+        if self._packed is not None:
+            packed, w, rows = self._packed(b.t(), a)  # b.t(): the Linear's own [N, K] weight, a view of it
+            y = self._linear.run(a.reshape(-1, a.shape[-1]), packed, w, rows, bias)
+            if self._epilogue is None:
+                out.copy_(y.view(out.shape))
+            else:  # the call's fresh result is the epilogue's input: no scratch buffer, no copy
+                self._epilogue(*[tensors[i] for i in self._args], y.view(self._shape), out)
+            return
         dst = out if self._epilogue is None else self._buffer(a.device, tensors)
         if b.dim() == 2 and a.dim() > 2:  # a weight shared by a batch: one 2-d GEMM, as eager's matmul folds it
             a, result = a.reshape(-1, a.shape[-1]), dst.view(-1, dst.shape[-1])
         else:
             result = dst
-        if self._bias is not None:
-            bias = apply_view(tensors[self._bias[0]], self._bias[1], self._batch).reshape(-1)
+        if bias is not None:
             torch.addmm(bias, a, b, out=result)
         elif a.dim() == 2 and b.dim() == 2:
             torch.mm(a, b, out=result)
@@ -264,4 +349,4 @@ class VendorLauncher:
     launch = __call__
 
 
-__all__ = ["ADDMM", "NAME", "VendorGemmImplementation", "VendorLauncher", "apply_view", "epilogue_graph", "view_steps"]
+__all__ = ["ADDMM", "NAME", "PACK", "PACKED_LINEARS", "PACK_ENV", "PackedLinear", "VendorGemmImplementation", "VendorLauncher", "apply_view", "epilogue_graph", "view_steps"]
