@@ -10,7 +10,8 @@ import os
 
 from kernelgen.errors import KernelgenError
 
-# Off: no packed-weight choice for a convolution's constant weight (``kernelgen.templates.vendor_conv``), for code
+# Off: no packed-weight choice for a constant weight (a convolution's, ``kernelgen.templates.vendor_conv``; a Linear's,
+# ``kernelgen.templates.vendor_gemm``), for code
 # that updates weights where a tensor's version counter cannot see it (through ``param.data``).
 PACK_WEIGHTS = "KERNELGEN_PACK_WEIGHTS"
 

@@ -15,6 +15,19 @@ serves every batch size with no compile (``shape_generic``).
 Untuned, dispatch runs the first implementation's default (``kernelgen.runtime.implementations.implementations_for``
 puts this one first): eager's kernel is never much slower than eager, while an untuned generated GEMM can
 be (milliseconds at M=16). The generated GEMM runs only once tuning declares it faster.
+
+``pack_weight`` (default False): where B is a 2-d weight the front end marked ``constant`` (a Linear's weight in an
+inference graph, ``kernelgen.frontend.dynamo_backend``; it reaches the region as ``t(weight)``), in a static graph,
+on the C++ backend on a CPU, the vendor's linear over the weight packed once (``PACKED_LINEARS``: MKL's
+``_mkl_linear`` in float32, oneDNN's ``_linear_pointwise`` in bfloat16 where the CPU has its bf16 path), the bias
+passed to that call, its fresh result copied into the output or read by the epilogue; repacked whenever the weight
+changes (``packed_weights.PackedWeight``); ``KERNELGEN_PACK_WEIGHTS=0`` takes the choice away. A measured choice,
+never the default: on this project's AMD EPYC (Milan, AVX2, 2 cores loaded by another test run, load average
+3.4-3.9; ``benchmarks/bench_packed_linear.py``, one process, 15 interleaved rounds of 50 calls, medians) at M=512
+with (K, N) = (256, 768), (256, 256), (256, 1024), (1024, 256) the packed call took 1.12, 1.01, 1.02, 1.02x addmm's
+time on one thread (1.07, 1.08, 1.03, 1.08x with the copy into the output) and 1.06, 1.19, 1.43, 0.89x on two
+(threads fighting the load: noise), i.e. no gain here; packing pays where the vendor's packed format has
+instructions to feed (AMX, AVX-512 bf16), which the tuner finds by measuring.
 """
 
 from __future__ import annotations
@@ -349,4 +362,5 @@ class VendorLauncher:
     launch = __call__
 
 
-__all__ = ["ADDMM", "NAME", "PACK", "PACKED_LINEARS", "PACK_ENV", "PackedLinear", "VendorGemmImplementation", "VendorLauncher", "apply_view", "epilogue_graph", "view_steps"]
+__all__ = ["ADDMM", "NAME", "PACK", "PACKED_LINEARS", "PACK_ENV", "PackedLinear", "VendorGemmImplementation",
+           "VendorLauncher", "apply_view", "epilogue_graph", "view_steps"]
