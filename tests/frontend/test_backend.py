@@ -420,7 +420,7 @@ class ConvBlock(nn.Module):
         return F.avg_pool2d(F.max_pool2d(F.relu(self.bn(self.conv(x))), 3, 2, 1), 2)
 
 
-def test_eval_batch_norm_relu_and_max_pool_are_one_window_region():
+def test_eval_conv_batch_norm_relu_is_one_conv_region_and_the_pools_window_regions():
     model = ConvBlock().eval()
     model.bn.running_mean.uniform_(-1, 1)
     model.bn.running_var.uniform_(0.5, 2)
@@ -430,10 +430,11 @@ def test_eval_batch_norm_relu_and_max_pool_are_one_window_region():
         want = model(x)
     torch.testing.assert_close(got, want)
     (stats,) = graphs
-    # the normalisation and ReLU are the max pool's prologue, the average pool reads its output; the per-channel
-    # 1 / sqrt(var + eps) is a [C] pointwise region (the prologue reads it through an unsqueeze view)
-    assert stats.templates == {"window": 2, "pointwise": 1}, stats.as_dict()
-    assert list(stats.left) == ["convolution (aten.convolution.default)"] and stats.runs == {"kernel": 3}
+    # the normalisation and ReLU are the convolution's epilogue (one aten_conv region: ATen's convolution, then one
+    # kernel), the max pool and the average pool are window regions; the per-channel 1 / sqrt(var + eps) is a [C]
+    # pointwise region (the epilogue reads it through an unsqueeze view); no op is left to ATen
+    assert stats.templates == {"conv": 1, "window": 2, "pointwise": 1}, stats.as_dict()
+    assert not stats.left and stats.runs == {"kernel": 4}, stats.as_dict()
 
 
 def test_training_pooling_forward_and_backward_run_window_kernels_with_eagers_gradients():
