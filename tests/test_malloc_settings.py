@@ -44,10 +44,17 @@ def test_freed_activations_stay_mapped_across_steps():
 
     assert TRIM_BYTES > 10 * (16 << 20) > 2 * (32 << 20), "the step must fit the settings and exceed glibc's own"
     applied, faults = _run("apply")
-    _, default = _run("leave")
     assert applied == "True"
     assert faults < 5, f"{faults} page faults per step with the settings"
-    assert default > faults, f"malloc's defaults faulted {default} times per step, the settings {faults}"
+    # The defaults' own adaptation depends on what the imports happened to free: in about 1 run in 4 (12 runs on a
+    # 2-core AMD EPYC, 2026-11-29) they kept this step mapped too. The workload must fault under the defaults in
+    # some run, else the settings would be shown to change nothing; five runs all keeping it is ~0.1%.
+    defaults = []
+    for _ in range(5):
+        defaults.append(_run("leave")[1])
+        if defaults[-1] > faults:
+            break
+    assert max(defaults) > faults, f"malloc's defaults faulted {defaults} times per step, the settings {faults}"
 
 
 def test_the_setting_can_be_turned_off():
