@@ -28,24 +28,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kernelgen import code_hash
-from kernelgen.backends import get_backend
 from kernelgen.env_flags import PACK_WEIGHTS, env_flag
 from kernelgen.ir.implementation import Implementation, Launcher
 from kernelgen.ir.space import Constraint, Param, SearchSpace
 from kernelgen.ir.target import Target
 from kernelgen.ir.values import Config, TensorSpec
 from kernelgen.templates.conv import ConvProblem
-from kernelgen.templates.implementation import REBUILD, TemplateImplementation
+from kernelgen.templates.implementation import REBUILD
 from kernelgen.templates.packed_weights import PackedWeight
-from kernelgen.templates.pointwise import TEMPLATE as POINTWISE
+from kernelgen.templates.vendor_epilogue import (EPILOGUE, epilogue_config, epilogue_space, pointwise_epilogue,
+                                                 vendor_source_hash)
 from kernelgen.templates.vendor_gemm import epilogue_graph
 
 NAME = "aten_conv"
 CALL = "conv_call"  # "aten" | "onednn"
 POST = "post_op"  # "none" | "relu" | "add" | "add_relu": the epilogue's first ops oneDNN runs inside the convolution
 PACK = "pack_weight"  # a constant weight reordered once for oneDNN
-EPILOGUE = "epilogue_"  # prefix of the pointwise template's parameters in this space
 PACK_ENV = PACK_WEIGHTS  # 0/off: no packed-weight choice (the switch, read when a space is made)
 POST_OPS = ("none", "relu", "add", "add_relu")
 
@@ -145,44 +143,23 @@ class VendorConvImplementation(Implementation):
         if key not in self._plans:
             result, other, unary = self._fused[post]
             strides = channels_last(self.graph.nodes[result].spec.shape) if packed else None
-            found = epilogue_graph(self.graph, result, strides)
-            if found is None:
-                plan = _Plan(result, other, unary, strides, None, ())
-            else:
-                graph, args = found
-                problem = POINTWISE.match(graph)
-                if problem is None:  # the template's epilogue is pointwise over the output: cannot happen
-                    raise ValueError(f"the epilogue of convolution workload {self.graph.workload_key[:12]} is not "
-                                     "pointwise")
-                plan = _Plan(result, other, unary, strides, TemplateImplementation(POINTWISE, problem, self.backend),
-                             args)
-            self._plans[key] = plan
+            epilogue, args = pointwise_epilogue(epilogue_graph(self.graph, result, strides), self.backend,
+                                                f"convolution workload {self.graph.workload_key[:12]}")
+            self._plans[key] = _Plan(result, other, unary, strides, epilogue, args)
         return self._plans[key]
 
     # -- the Implementation contract ------------------------------------------------------------------
     def source_hash(self) -> str:
         """The derived hash of this module's closure (the pointwise renderer included), the backend's recipe and
         the torch version whose convolutions it calls."""
-        import torch
-
-        compiler = get_backend(self.backend)
-        roots = (__name__, f"kernelgen.templates.pointwise_{self.backend}", type(compiler).__module__)
-        return code_hash.implementation_hash(roots, {**compiler.recipe(), "torch": torch.__version__})
+        return vendor_source_hash(__name__, self.backend)
 
     def space(self, target: Target) -> SearchSpace:
         """The epilogue's pointwise parameters (prefixed ``epilogue_``) and, where oneDNN is a choice, the call, the
         post-op and the packed weight. Configs that differ only in an epilogue that does not run, or in oneDNN's
         options while ATen runs, are rejected, so the tuner does not measure one thing twice."""
         full = self._plan("none", False).epilogue
-        params: list[Param] = []
-        constraints: list[Constraint] = []
-        default: dict[str, Any] = {}
-        if full is not None:
-            inner = full.space(target)
-            params += [Param(EPILOGUE + p.name, p.choices) for p in inner.params]
-            constraints += [Constraint(c.description, lambda cfg, c=c: c(self._inner(cfg)))
-                            for c in inner.constraints]
-            default.update({EPILOGUE + k: v for k, v in inner.default().items()})
+        params, constraints, default = epilogue_space(full, target)
         if self._onednn(target):
             params.append(Param(CALL, ("aten", "onednn")))
             default[CALL] = "aten"  # eager's own call: oneDNN's runs only once measured faster
@@ -204,15 +181,11 @@ class VendorConvImplementation(Implementation):
                 plan = self._plan(cfg.get(POST, "none"), bool(cfg.get(PACK, False)))
                 if plan.epilogue is None:  # nothing to configure: the default only
                     return all(cfg[k] == v for k, v in fixed.items())
-                return plan.epilogue is full or not plan.epilogue.space(target).violations(self._inner(cfg))
+                return plan.epilogue is full or not plan.epilogue.space(target).violations(epilogue_config(cfg))
 
             constraints.append(Constraint("the epilogue that runs takes this config (none runs: the default)",
                                           epilogue_fits))
         return SearchSpace(params, constraints, default)
-
-    @staticmethod
-    def _inner(config: Config) -> Config:
-        return Config({k[len(EPILOGUE):]: v for k, v in config.items() if k.startswith(EPILOGUE)})
 
     def build(self, config: Config, target: Target) -> Launcher:
         problems = self.space(target).violations(config)
@@ -220,7 +193,7 @@ class VendorConvImplementation(Implementation):
             raise ValueError(f"{NAME} config {dict(config)} is invalid: {'; '.join(problems)}")
         packed = bool(config.get(PACK, False))
         plan = self._plan(config.get(POST, "none"), packed)
-        epilogue = None if plan.epilogue is None else plan.epilogue.build(self._inner(config), target)
+        epilogue = None if plan.epilogue is None else plan.epilogue.build(epilogue_config(config), target)
         return ConvLauncher(self, plan, epilogue, config.get(CALL, "aten") == "onednn", packed, target)
 
     def shape_generic(self, target: Target) -> bool:

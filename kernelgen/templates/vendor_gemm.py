@@ -36,8 +36,6 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from kernelgen import code_hash
-from kernelgen.backends import get_backend
 from kernelgen.env_flags import PACK_WEIGHTS, env_flag
 from kernelgen.ir.graph import Graph, Node
 from kernelgen.ir.implementation import Implementation, Launcher
@@ -45,14 +43,13 @@ from kernelgen.ir.space import Constraint, Param, SearchSpace
 from kernelgen.ir.target import Target
 from kernelgen.ir.values import Config, TensorSpec
 from kernelgen.templates.gemm import GemmProblem
-from kernelgen.templates.implementation import REBUILD, TemplateImplementation
+from kernelgen.templates.implementation import REBUILD
 from kernelgen.templates.indexing import dynamic_source
 from kernelgen.templates.packed_weights import PackedWeight
-from kernelgen.templates.pointwise import TEMPLATE as POINTWISE
+from kernelgen.templates.vendor_epilogue import epilogue_config, epilogue_space, pointwise_epilogue, vendor_source_hash
 
 NAME = "aten_gemm"
 ADDMM = "bias_in_addmm"  # the config key: the row bias goes into addmm's beta*bias (True) or the epilogue
-EPILOGUE = "epilogue_"  # prefix of the pointwise template's parameters in this space
 PACK = "pack_weight"  # the config key: a constant B packed once for the vendor's linear (True) or ATen's matmul
 PACK_ENV = PACK_WEIGHTS  # 0/off: no packed-weight choice (the switch, read when a space is made)
 
@@ -193,14 +190,9 @@ class VendorGemmImplementation(Implementation):
                 and linear is not None and linear.available() and env_flag(PACK_ENV, True))
 
     def _plan(self, result: int, bias: int | None) -> _Plan:
-        found = epilogue_graph(self.graph, result)
-        if found is None:
-            return _Plan(result, bias, None, ())
-        graph, args = found
-        problem = POINTWISE.match(graph)
-        if problem is None:  # the GEMM template's epilogue is pointwise over the output: cannot happen
-            raise ValueError(f"the epilogue of GEMM workload {self.graph.workload_key[:12]} is not pointwise")
-        return _Plan(result, bias, TemplateImplementation(POINTWISE, problem, self.backend), args)
+        epilogue, args = pointwise_epilogue(epilogue_graph(self.graph, result), self.backend,
+                                            f"GEMM workload {self.graph.workload_key[:12]}")
+        return _Plan(result, bias, epilogue, args)
 
     def _row_bias(self) -> tuple[int, int] | None:
         """``(add node, bias node)`` when the matmul's only user adds a row vector (a linear's bias) of the
@@ -224,11 +216,7 @@ class VendorGemmImplementation(Implementation):
     def source_hash(self) -> str:
         """The derived hash of this module's closure (the pointwise renderer included), the backend's recipe
         and the torch version whose matmul it calls."""
-        import torch
-
-        compiler = get_backend(self.backend)
-        roots = (__name__, f"kernelgen.templates.pointwise_{self.backend}", type(compiler).__module__)
-        return code_hash.implementation_hash(roots, {**compiler.recipe(), "torch": torch.__version__})
+        return vendor_source_hash(__name__, self.backend)
 
     def space(self, target: Target) -> SearchSpace:
         """The epilogue's pointwise parameters (prefixed ``epilogue_``) and, where the epilogue starts with a
@@ -236,15 +224,7 @@ class VendorGemmImplementation(Implementation):
         vendor's linear (``PACKED_LINEARS``; the bias then goes into that call). Configs that only differ in an
         epilogue that does not run are rejected, so the tuner does not measure one kernel twice."""
         full = self._plans[False].epilogue
-        params: list[Param] = []
-        constraints: list[Constraint] = []
-        default: dict[str, Any] = {}
-        if full is not None:
-            inner = full.space(target)
-            params += [Param(EPILOGUE + p.name, p.choices) for p in inner.params]
-            constraints += [Constraint(c.description, lambda cfg, c=c: c(self._inner(cfg)))
-                            for c in inner.constraints]
-            default.update({EPILOGUE + k: v for k, v in inner.default().items()})
+        params, constraints, default = epilogue_space(full, target)
         if True in self._plans:
             params.append(Param(ADDMM, (True, False)))
             default[ADDMM] = True  # eager's linear: the bias lands in the accumulator
@@ -258,16 +238,12 @@ class VendorGemmImplementation(Implementation):
             default[PACK] = False  # ATen's matmul, eager's call: the packed one runs only once measured faster
         return SearchSpace(params, constraints, default)
 
-    @staticmethod
-    def _inner(config: Config) -> Config:
-        return Config({k[len(EPILOGUE):]: v for k, v in config.items() if k.startswith(EPILOGUE)})
-
     def build(self, config: Config, target: Target) -> Launcher:
         problems = self.space(target).violations(config)
         if problems:
             raise ValueError(f"{NAME} config {dict(config)} is invalid: {'; '.join(problems)}")
         plan = self._plans[bool(config.get(ADDMM, False))]
-        epilogue = None if plan.epilogue is None else plan.epilogue.build(self._inner(config), target)
+        epilogue = None if plan.epilogue is None else plan.epilogue.build(epilogue_config(config), target)
         spec = self.graph.nodes[plan.result].spec
         packed = PACKED_LINEARS[self.graph.nodes[self.problem.matmul].spec.dtype] if config.get(PACK) else None
         return VendorLauncher(self, plan, epilogue, spec, target, packed)
