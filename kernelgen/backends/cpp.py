@@ -97,6 +97,55 @@ def recipe() -> dict[str, Any]:
             "flags": list(compile_flags()), "link_flags": list(LINK_FLAGS), "cache_format": _CACHE_VERSION}
 
 
+# The standard headers every generated kernel opens with (``kernelgen.codegen.cpp_prelude.PRELUDE`` starts with
+# exactly these lines). Parsing them was most of a kernel's compile: a 200-line pointwise kernel took 0.34 s with g++
+# 12 at these flags (AMD EPYC, 2026-11-29), of which <cmath> alone 0.27 s; from a precompiled header 0.11 s, with the
+# same machine code (objdump -d of both objects compared). A GPT-2 model's first compile builds dozens of kernels;
+# the test suite ~4000. Only sources that start with these lines use it (a custom call's own includes, or macros
+# set before them, are left as they are).
+PRECOMPILED_INCLUDES = "#include <cstdint>\n#include <cstring>\n#include <cmath>\n#include <omp.h>\n#include <type_traits>\n"
+
+
+def _is_gcc(version: str) -> bool:
+    lowered = version.lower()
+    return "clang" not in lowered and ("g++" in lowered or "gcc" in lowered)
+
+
+@functools.lru_cache(maxsize=None)
+def precompiled_prelude(cxx: str, flags: tuple[str, ...]) -> Path | None:
+    """The header of ``PRECOMPILED_INCLUDES`` with its GCC precompiled form beside it, built once per compiler and
+    flags in the kernel cache (GCC uses a ``.gch`` only when its flags match; otherwise it parses the header, which
+    is still correct); None when the compiler is not GCC or the build failed: kernels then parse the headers."""
+    version = host_compiler_version(cxx)
+    if not _is_gcc(version):
+        return None
+    key = hashlib.sha256(json.dumps([_CACHE_VERSION, PRECOMPILED_INCLUDES, flags, version]).encode()).hexdigest()[:32]
+    root = cache_dir() / "cpp" / "pch"
+    folder = root / key
+    header = folder / "kg_prelude.h"
+    if (folder / "kg_prelude.h.gch").exists():
+        return header
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=root, prefix=".build-") as tmp:
+            staged = Path(tmp) / key
+            staged.mkdir()
+            (staged / "kg_prelude.h").write_text(PRECOMPILED_INCLUDES)
+            proc = subprocess.run([cxx, *flags, "-x", "c++-header", str(staged / "kg_prelude.h"), "-o",
+                                   str(staged / "kg_prelude.h.gch")], capture_output=True, text=True)
+            if proc.returncode != 0:
+                log.info("no precompiled prelude (%s): %s", Path(cxx).name, proc.stderr.strip()[:300])
+                return None
+            try:
+                os.replace(staged, folder)  # atomic: another process sees the whole folder or none
+            except OSError:
+                pass  # a concurrent process put its own there first: the same header, use it
+    except OSError as exc:
+        log.info("no precompiled prelude: %s", exc)
+        return None
+    return header if (folder / "kg_prelude.h.gch").exists() else None
+
+
 def build_shared_library(text: str, extra_flags: tuple[str, ...] = (), name: str = "kernel") -> Path:
     """Compile C++ ``text`` into a cached shared library and return its path.
 
@@ -122,7 +171,9 @@ def build_shared_library(text: str, extra_flags: tuple[str, ...] = (), name: str
         atomic_write_text(source_path, text)
         with tempfile.TemporaryDirectory(dir=folder, prefix=".build-") as tmp:
             obj, tmp_lib = Path(tmp) / "kernel.o", Path(tmp) / f"{name}.so"
-            for cmd in ([cxx, *flags, "-c", str(source_path), "-o", str(obj)],
+            prelude = precompiled_prelude(cxx, flags) if text.lstrip().startswith(PRECOMPILED_INCLUDES) else None
+            include = ("-include", str(prelude)) if prelude is not None else ()
+            for cmd in ([cxx, *flags, *include, "-c", str(source_path), "-o", str(obj)],
                         [cxx, *LINK_FLAGS, str(obj), "-o", str(tmp_lib)]):
                 proc = subprocess.run(cmd, capture_output=True, text=True)
                 if proc.returncode != 0:
