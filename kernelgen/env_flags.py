@@ -15,6 +15,10 @@ from kernelgen.errors import KernelgenError
 # that updates weights where a tensor's version counter cannot see it (through ``param.data``).
 PACK_WEIGHTS = "KERNELGEN_PACK_WEIGHTS"
 
+# Off: every graph compiles through kernelgen, even one whose whole-step verdict says it runs faster eagerly
+# (``kernelgen.runtime.step_verdicts``): to look at its regions' kernels, or to test their dispatch.
+STEP_VERDICTS = "KERNELGEN_STEP_VERDICTS"
+
 # Compared after stripping surrounding whitespace and lower-casing.
 SPELLINGS = {"1": True, "on": True, "true": True, "yes": True, "0": False, "off": False, "false": False, "no": False}
 
@@ -33,4 +37,4 @@ def env_flag(name: str, default: bool) -> bool:
     return value
 
 
-__all__ = ["PACK_WEIGHTS", "SPELLINGS", "env_flag"]
+__all__ = ["PACK_WEIGHTS", "SPELLINGS", "STEP_VERDICTS", "env_flag"]

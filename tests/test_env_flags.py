@@ -71,8 +71,20 @@ def _triton_aot(monkeypatch):
     return "KERNELGEN_TRITON_AOT", lambda: bool(resource_constraints(lambda config: None, gpu))
 
 
+def _step_verdicts(monkeypatch):
+    from kernelgen.ir.values import Evidence
+    from kernelgen.runtime import step_verdicts
+
+    eager = SimpleNamespace(implementation=step_verdicts.STEP_EAGER, evidence=Evidence.DECLARED)
+    db = SimpleNamespace(best=lambda *args, **kwargs: eager)  # a database whose verdict says "run it eagerly"
+    step = step_verdicts.StepKey("k" * 64, "f" * 64, ())
+    return "KERNELGEN_STEP_VERDICTS", lambda: step_verdicts.runs_eagerly(step, SimpleNamespace(fingerprint="t"),
+                                                                         db) is eager
+
+
 SWITCHES = {"KERNELGEN_MALLOC": _malloc, "KERNELGEN_ADAPT_THREADS": _threads,
-            "KERNELGEN_ISOLATE_CHECKS": _isolate, "KERNELGEN_TRITON_AOT": _triton_aot}
+            "KERNELGEN_ISOLATE_CHECKS": _isolate, "KERNELGEN_TRITON_AOT": _triton_aot,
+            "KERNELGEN_STEP_VERDICTS": _step_verdicts}
 
 
 @pytest.mark.parametrize("raw", ["off", "false", "no", " 0", "OFF"])

@@ -73,8 +73,11 @@ def check_line(check: dict[str, Any] | None) -> str | None:
     if not check:
         return None
     steps = ", ".join(f"{variant} {ms:.2f} ms" for variant, ms in check["step_ms"].items())
-    return (f"step checked as a whole ({check['rounds']} interleaved rounds): {steps}; kept {check['kept']}, "
+    line = (f"step checked as a whole ({check['rounds']} interleaved rounds): {steps}; kept {check['kept']}, "
             f"{check['changed']} region(s) changed by it")
+    if check.get("eager_step"):
+        line += "; eager's step beat every compiled one: torch.compile(model, backend=\"kernelgen\") runs it eagerly"
+    return line
 
 
 def model_table(entry: dict[str, Any]) -> Table:

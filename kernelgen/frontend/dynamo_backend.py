@@ -32,7 +32,9 @@ from kernelgen.frontend.partition import folded, partition
 from kernelgen.frontend import cuda_graphs, region_op
 from kernelgen.frontend.region_op import install
 from kernelgen.frontend.sink_views import sink_views
-from kernelgen.runtime import memory, threads
+from kernelgen.backends import default_backend, get_backend
+from kernelgen.runtime import memory, step_verdicts, threads
+from kernelgen.runtime.records import shared_db
 
 log = logging.getLogger("kernelgen")
 NAME = "kernelgen"
@@ -61,6 +63,7 @@ class GraphStats:
     runs: dict[str, int] = field(default_factory=dict)
     keys: list[str] = field(default_factory=list)  # its regions (``region_op.kernel_of``), in graph order
     plain: Any = field(default=None, repr=False)  # the graph without its regions (``plain_when_every_region_fails``)
+    step: Any = None  # the Dynamo graph it came from (``runtime.step_verdicts.StepKey``): its whole-step verdict's key
 
     @property
     def coverage(self) -> float:
@@ -194,6 +197,7 @@ def kernelgen_backend(gm: Any, example_inputs: list, options: dict | None = None
     """The Dynamo backend: AOTAutograd with a forward and a backward compiler that partition each graph.
     ``options`` (from ``torch.compile(..., options=...)``): ``kernelgen.compile``'s keywords and ``cudagraphs``
     (see the module); ``mode``: ``default`` or ``reduce-overhead`` (``cudagraphs``)."""
+    import torch
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
     from torch._inductor.utils import count_tangents, num_fw_fixed_arguments
@@ -207,6 +211,10 @@ def kernelgen_backend(gm: Any, example_inputs: list, options: dict | None = None
                              f"options are {', '.join(OPTIONS + GRAPH_OPTIONS)} (kernelgen.compile's keywords and "
                              f"the graph's), modes {', '.join(cuda_graphs.MODES)}")
     capture = bool(options.pop("cudagraphs", False)) or cuda_graphs.MODES.get(mode or "default", False)
+    key = step_verdicts.graph_key(gm, example_inputs, torch.is_grad_enabled())
+    eager = _eager_by_verdict(gm, key, example_inputs, options)
+    if eager is not None:
+        return eager
     step = cuda_graphs.Step()  # this Dynamo graph's forward and backward
 
     def compiler(name: str) -> Any:
@@ -214,6 +222,7 @@ def kernelgen_backend(gm: Any, example_inputs: list, options: dict | None = None
             if name == "inference":
                 mark_constant_inputs(graph_module)
             record = compile_graph(graph_module, name, options, direct=True)
+            record.step = key
             # its ATen ops take as few threads as its kernels while other processes load the CPUs
             run = make_boxed_func(threads.following_load(plain_when_every_region_fails(graph_module, record)))
             if not capture:
@@ -227,6 +236,38 @@ def kernelgen_backend(gm: Any, example_inputs: list, options: dict | None = None
     return aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
                         inference_compiler=compiler("inference"),
                         decompositions=decompositions())(gm, example_inputs)
+
+
+def _eager_by_verdict(gm: Any, key: Any, example_inputs: list, options: dict) -> Any:
+    """``gm``'s own forward (eager's ops and autograd) where the tuning database's whole-step verdict says this
+    graph runs faster eagerly on this target (``kernelgen.runtime.step_verdicts``), else None. The graph is
+    recorded in ``stats()`` with every op left to ATen and the reason."""
+    import torch
+
+    devices = {v.device.type for v in example_inputs if isinstance(v, torch.Tensor)}
+    name = options.get("backend") or "auto"
+    try:
+        backend = default_backend(next(iter(devices)) if len(devices) == 1 else None) if name == "auto" \
+            else get_backend(name)
+        db = shared_db(options.get("db"), options.get("team_db"))
+    except KernelgenError as exc:
+        log.debug("kernelgen: no whole-step verdict read for graph %s (%s)", key.key[:12], exc)
+        return None
+    verdict = step_verdicts.runs_eagerly(key, backend.target(), db)
+    if verdict is None:
+        return None
+    record = GraphStats("eager", step=key)
+    why = f"the whole-step check measured this graph faster eagerly ({verdict.measurement.message})"
+    for node in gm.graph.nodes:
+        if node.op in ("call_function", "call_method", "call_module"):
+            record.aten_ops += 1
+            record.left[f"{node.name} ({node.target})"] = why
+    log.info("kernelgen: a graph of %d ops runs eagerly: %s", record.aten_ops, why)
+    with _LOCK:
+        _STATS.append(record)
+        for graphs in _COLLECTORS:
+            graphs.append(record)
+    return gm.forward
 
 
 def mark_constant_inputs(gm: Any) -> int:

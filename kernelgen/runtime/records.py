@@ -66,6 +66,20 @@ def gemm_favourite(db: Any, target: Any) -> str | None:
     return found
 
 
+def shared_db(db_arg: Any, team_db: str | None) -> Any:
+    """The database object the caller passed, or one opened once per process per URL pair (``db_arg`` a URL or
+    None: ``KERNELGEN_DB``, else the default file). Raises ``KernelgenError`` when it cannot be opened."""
+    if db_arg is not None and not isinstance(db_arg, str):
+        return db_arg
+    from kernelgen.db import TEAM_DB_ENV, open_db  # deferred: SQLAlchemy costs ~0.2 s, a call with a record
+
+    key = (db_arg or os.environ.get("KERNELGEN_DB"), team_db or os.environ.get(TEAM_DB_ENV))
+    with _DB_LOCK:
+        if key not in _DBS:
+            _DBS[key] = open_db(db_arg, team_url=team_db)
+        return _DBS[key]
+
+
 def usable_best(db: Any, workload_key: str, fingerprint: str, impls: list) -> Any:
     """``TuningDB.best`` over ``impls``, except a record of the ATen candidate that is not the declared verdict:
     ATen's hash follows only torch, the kernels' follow kernelgen's code, so after an upgrade the old rounds'
@@ -150,16 +164,7 @@ class RecordChoice:
             return None
 
     def _open_db(self) -> Any:
-        """The database object the caller passed, or one opened once per process per URL pair."""
-        if self.db_arg is not None and not isinstance(self.db_arg, str):
-            return self.db_arg
-        from kernelgen.db import TEAM_DB_ENV, open_db  # deferred: SQLAlchemy costs ~0.2 s, a call with a record
-
-        key = (self.db_arg or os.environ.get("KERNELGEN_DB"), self.team_db or os.environ.get(TEAM_DB_ENV))
-        with _DB_LOCK:
-            if key not in _DBS:
-                _DBS[key] = open_db(self.db_arg, team_url=self.team_db)
-            return _DBS[key]
+        return shared_db(self.db_arg, self.team_db)
 
     def _lookup(self, graph: Any, impls: list, target: Any) -> Any:
         try:
@@ -199,4 +204,4 @@ class RecordChoice:
             return None
 
 
-__all__ = ["GEMM_PAIR", "RecordChoice", "gemm_favourite", "usable_best"]
+__all__ = ["GEMM_PAIR", "RecordChoice", "shared_db", "gemm_favourite", "usable_best"]

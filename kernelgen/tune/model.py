@@ -31,6 +31,7 @@ from kernelgen.db.verdict import rounds_tag
 from kernelgen.errors import DatabaseError, KernelgenError
 from kernelgen.ir.values import Evidence
 from kernelgen.runtime.aten import NAME as ATEN
+from kernelgen.runtime import step_verdicts
 from kernelgen.runtime.implementations import candidates_for
 from kernelgen.runtime.records import usable_best
 from kernelgen.tune.claims import LeaseLost, Progress, hold
@@ -189,7 +190,7 @@ def _check_whole(spec: ModelSpec, db: Any, captured: Any, seconds: float, finger
         if not held:
             log.info("kernelgen tune: model %s: another process is checking its step as a whole", spec.label)
             return None
-        with guarded(spec, "checking its tuned step as a whole"):
+        with guarded(spec, "checking its tuned step as a whole"), step_verdicts.ignored():
             return check_model(spec, db, captured.run, captured.eager, captured.graphs, seconds)
 
 

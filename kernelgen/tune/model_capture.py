@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 from kernelgen.errors import KernelgenError
 from kernelgen.frontend import dynamo_backend, region_op
+from kernelgen.runtime import step_verdicts
 from kernelgen.tune.guards import contained, time_limit
 from kernelgen.tune.model_spec import CAPTURE_FIX, ModelError, ModelSpec, load_model, one_line, prepare, step
 
@@ -75,7 +76,9 @@ def capture(spec: ModelSpec, db: Any = None, timed: list | None = None) -> Captu
                              f"{type(exc).__name__}: {one_line(exc)}") from None
     # (one thread throughout: torch's thread count is part of Dynamo's guards, so changing it between the
     # compile and the profiled step would compile the model again, with regions that have not run yet)
-    with guarded(spec, "capturing it through torch.compile and profiling its steps"), _one_thread(torch):
+    # (the regions are what is captured, even where the model's last whole-step check ran it eagerly)
+    with guarded(spec, "capturing it through torch.compile and profiling its steps"), _one_thread(torch), \
+            step_verdicts.ignored():
         regions, step_s, graphs, run = _profile(spec, model, args, kwargs, eager, db)
     if timed is not None:  # eager and kernelgen, interleaved, with the threads the user has
         with guarded(spec, "timing its eager and kernelgen steps"):

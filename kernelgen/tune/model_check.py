@@ -37,6 +37,7 @@ from kernelgen.backends import get_backend
 from kernelgen.frontend import dynamo_backend, region_op
 from kernelgen.ir.values import CONFIRM_PREFIX, DECLARED_PREFIX, Evidence, Measurement, Status, TimeStats
 from kernelgen.runtime.aten import NAME as ATEN
+from kernelgen.runtime import step_verdicts
 from kernelgen.runtime.implementations import candidates_for
 
 log = logging.getLogger("kernelgen.tune")
@@ -79,9 +80,11 @@ class ModelCheck:
     changed: list[str]  # workload keys whose dispatch changed (a new verdict was written)
     rounds: int
     seconds: float
+    eager_step: bool = False  # eager's step beat every compiled one: the model's graphs now run eagerly
 
     def to_json(self) -> dict[str, Any]:
         return {"kept": self.kept, "rounds": self.rounds, "seconds": self.seconds, "changed": len(self.changed),
+                "eager_step": self.eager_step,
                 "step_ms": {v: t.median * 1e3 for v, t in self.steps.items()},
                 "spread": {v: t.spread for v, t in self.steps.items()},
                 "regions": [r.to_json() for r in self.regions]}
@@ -128,8 +131,9 @@ def check_model(spec: Any, db: Any, run: Callable[[], Any], eager: Callable[[], 
             for c in checks.values():
                 c.choice = kept
         changed = _record(spec, db, checks, whole, kept, rounds)
+        eager_step = _record_step(spec, db, [*graphs, *more], _robust(steps["eager"]), whole, kept, rounds)
     out = ModelCheck({v: _robust(steps[v]) for v in steps}, list(checks.values()), kept, changed, rounds,
-                     time.monotonic() - start)
+                     time.monotonic() - start, eager_step)
     _log(spec, out)
     return out
 
@@ -344,6 +348,31 @@ def _record(spec: Any, db: Any, checks: dict[str, RegionCheck], whole: dict[str,
     return changed
 
 
+def _record_step(spec: Any, db: Any, graphs: list, eager: TimeStats, whole: dict[str, TimeStats], kept: str,
+                 rounds: int) -> bool:
+    """Whether eager's step was at least as fast as the kept compiled step (fastest round medians); either way the
+    verdict is written for each Dynamo graph of the step (``kernelgen.runtime.step_verdicts``), so a later compile
+    of the model runs what won (a newer check's verdict replaces an older one).
+
+    The burden is the compiled step's: eager is the contract's floor, so a tie, or a loss within the rounds'
+    spread, goes to eager. With the spread as the margin (as between compiled variants), the first benchmark run
+    with this check (docs/performance.md, 2026-11-29 09:12) found eager 2.9-6.3% faster than the kept step in the
+    GPT-2, Llama and BERT training checks, within their spreads, and kept the compiled steps, which the benchmark then
+    timed at 0.88-0.97x eager."""
+    best = whole[kept]
+    eager_wins = eager.median <= best.median
+    # Every Dynamo graph of the step gets the same verdict: the rounds timed the step as a whole, and with all its
+    # graphs eager it is eager's step, which is what was measured faster.
+    keys = list(dict.fromkeys(g.step for g in graphs if getattr(g, "step", None) is not None))
+    message = (f"fastest round median of {rounds} interleaved rounds of model {spec.label}'s {spec.mode} step: eager "
+               f"{eager.median * 1e3:.2f} ms, compiled ({kept}) {best.median * 1e3:.2f} ms")
+    target = get_backend(spec.backend).target()
+    for key in keys:
+        step_verdicts.record_verdict(db, key, target, spec.backend, eager_wins, eager, best, message,
+                                     f"{spec.label}:{spec.mode}:step")
+    return eager_wins and bool(keys)
+
+
 def _log(spec: Any, out: ModelCheck) -> None:
     steps = ", ".join(f"{v} {t.median * 1e3:.2f} ms" for v, t in out.steps.items())
     moved = {}
@@ -351,8 +380,9 @@ def _log(spec: Any, out: ModelCheck) -> None:
         if r.key in out.changed:
             moved[r.choice] = moved.get(r.choice, 0) + 1
     what = "; ".join(f"{n} region(s) now run {v}" for v, n in moved.items()) or "every region keeps its record"
-    log.info("kernelgen tune: model %s (%s) checked as a whole in %d rounds: %s; kept %s: %s", spec.label, spec.mode,
-             out.rounds, steps, out.kept, what)
+    log.info("kernelgen tune: model %s (%s) checked as a whole in %d rounds: %s; kept %s: %s%s", spec.label, spec.mode,
+             out.rounds, steps, out.kept, what,
+             "; eager's step is faster than every compiled one: the model runs eagerly" if out.eager_step else "")
 
 
 __all__ = ["ModelCheck", "RegionCheck", "VARIANTS", "check_model"]

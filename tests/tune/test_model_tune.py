@@ -28,8 +28,11 @@ def env_for(cache: Path) -> dict:
 
 
 def _second_process(factory: str, mode: str, url: str, cache: Path) -> dict:
+    # (the regions' records are what these later processes check: a tiny model's whole-step check may well find
+    # eager's step faster and say so, which would run it eagerly; tests/tune/test_step_verdicts.py covers that)
     proc = subprocess.run([sys.executable, str(HERE / "model_second_process.py"), factory, mode, url],
-                          capture_output=True, text=True, timeout=400, env=env_for(cache))
+                          capture_output=True, text=True, timeout=400,
+                          env={**env_for(cache), "KERNELGEN_STEP_VERDICTS": "0"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
