@@ -224,8 +224,9 @@ def bench_model(name: str, mode: str, args: argparse.Namespace, urls: dict[str, 
         check = row["tuning"].get("check")
         if check:  # the tuner's own whole-step check (kernelgen.tune.model_check), in the tuning process
             steps = ", ".join(f"{v} {ms:.2f}" for v, ms in check["step_ms"].items())
+            eager_step = "; eager's step as fast or faster: the model runs eagerly" if check.get("eager_step") else ""
             print(f"  {name} {mode}: whole-step check (ms): {steps}; kept {check['kept']}, "
-                  f"{check['changed']} region(s) changed", file=sys.stderr, flush=True)
+                  f"{check['changed']} region(s) changed{eager_step}", file=sys.stderr, flush=True)
     model, fargs, fkwargs = load_model(factory)
     prepare(model, mode)
     steps: dict[str, Callable[[], Any]] = {"eager": step(model, fargs, fkwargs, mode)}
