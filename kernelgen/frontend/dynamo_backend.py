@@ -110,11 +110,16 @@ def compile_graph(gm: Any, name: str = "graph", options: dict | None = None, dir
     record.keys = install(gm, found.regions, options, record.runs, direct)
     for reason in sorted(set(record.left.values())):
         log.info("kernelgen %s graph: ATen runs ops because %s", name, reason)
+    _register(record)
+    return record
+
+
+def _register(record: GraphStats) -> None:
+    """``record`` in ``stats()`` and in every open ``collect()``."""
     with _LOCK:
         _STATS.append(record)
         for graphs in _COLLECTORS:
             graphs.append(record)
-    return record
 
 
 def plan(gm: Any, name: str = "graph") -> tuple[GraphStats, Any]:
@@ -263,10 +268,7 @@ def _eager_by_verdict(gm: Any, key: Any, example_inputs: list, options: dict) ->
             record.aten_ops += 1
             record.left[f"{node.name} ({node.target})"] = why
     log.info("kernelgen: a graph of %d ops runs eagerly: %s", record.aten_ops, why)
-    with _LOCK:
-        _STATS.append(record)
-        for graphs in _COLLECTORS:
-            graphs.append(record)
+    _register(record)
     return gm.forward
 
 

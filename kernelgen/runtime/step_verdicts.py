@@ -27,6 +27,7 @@ import logging
 import re
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from kernelgen.env_flags import STEP_VERDICTS, env_flag
@@ -46,21 +47,14 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _IGNORED = threading.local()
 
 
+@dataclass(frozen=True)
 class StepKey:
     """A Dynamo graph's identity in the tuning database: ``key`` (structure and inputs), ``family`` (structure
     alone) and the inputs' ``signature``."""
 
-    def __init__(self, key: str, family: str, signature: tuple[TensorSpec, ...]) -> None:
-        self.key, self.family, self.signature = key, family, signature
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, StepKey) and other.key == self.key
-
-    def __hash__(self) -> int:
-        return hash(self.key)
-
-    def __repr__(self) -> str:
-        return f"StepKey({self.key[:12]})"
+    key: str
+    family: str
+    signature: tuple[TensorSpec, ...]
 
 
 def graph_key(gm: Any, example_inputs: list, grad_enabled: bool) -> StepKey:
@@ -173,8 +167,7 @@ def record_verdict(db: Any, step: StepKey, target: Any, backend: str, eager_wins
                   target_family=target.family, device=target.device_name,
                   toolchain=FrozenMap({"kernelgen": __version__, **target.versions.to_json()}))
     winner = STEP_EAGER if eager_wins else STEP_COMPILED
-    # the loser first: a record's created_at orders verdicts, and only the winner is one
-    for impl, time in sorted(((STEP_EAGER, eager_time), (STEP_COMPILED, compiled_time)), key=lambda p: p[0] == winner):
+    for impl, time in ((STEP_EAGER, eager_time), (STEP_COMPILED, compiled_time)):
         declared = impl == winner
         prefix, evidence = (DECLARED_PREFIX, Evidence.DECLARED) if declared else (CONFIRM_PREFIX, Evidence.CONFIRMED)
         measurement = Measurement(config=Config(), status=Status.OK, message=f"{prefix}: {message}", time=time)
