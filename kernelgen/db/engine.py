@@ -10,6 +10,7 @@ a server that refuses one more is a one-line ``TooManyConnectionsError`` naming 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import sqlite3
@@ -45,6 +46,9 @@ SQLITE_BUSY_TIMEOUT_MS = 60_000  # writers queue behind each other instead of fa
 _WRITE_OPTION = "kernelgen_write"
 _SINGLE_READ_OPTION = "kernelgen_single_read"
 _URL_EXAMPLES = "e.g. sqlite:////home/me/tuning.sqlite or postgresql+psycopg://user@host:5432/dbname"
+
+log = logging.getLogger(__name__)
+
 # What a server says when it has no connection slot left (PostgreSQL; the second once only reserved slots are left).
 _FULL_SERVER = ("too many clients", "remaining connection slots are reserved", "too many connections")
 _SERVER_LIMITS: dict[tuple[str, int], int] = {}  # (host, port) -> its max_connections, read on the first connection
@@ -353,16 +357,26 @@ def _writer_queue(url: URL | None) -> Iterator[None]:
     if path is None:
         yield
         return
-    with flock_file(f"{path}-lock", 0o644):  # a read-only directory: SQLite's own locking still applies
+    # Waited for no longer than SQLite's busy timeout: a holder stopped mid-write (SIGSTOP, a debugger; its lease
+    # renewal thread writes every fraction of a period) keeps its flock for as long as it is stopped, and every
+    # other writer would wait for ever, silently. After the timeout the write goes on unqueued, and SQLite's own
+    # lock decides: free (the holder was stopped between its flock and its BEGIN), or "database is locked" after
+    # the busy timeout, one line naming the file.
+    timeout = SQLITE_BUSY_TIMEOUT_MS / 1000
+    with flock_file(f"{path}-lock", 0o644, timeout_s=timeout) as queued:  # a read-only directory: SQLite's own
+        if not queued:                                                    # locking still applies
+            log.warning("kernelgen: another process has held the write queue of %s for %.0f s (stopped or stuck?); "
+                        "writing without it", path, timeout)
         yield
 
 
 @contextlib.contextmanager
-def flock_file(path: str, mode: int, wait: bool = True) -> Iterator[bool]:
+def flock_file(path: str, mode: int, wait: bool = True, timeout_s: float | None = None) -> Iterator[bool]:
     """Hold an exclusive ``flock`` on ``path`` (created with ``mode`` if missing) for the with-block; the lock
     goes with the process if it dies. Without ``fcntl``, or where the file cannot be opened (a read-only
     location), the block runs unlocked: the callers' own re-checks and SQLite's locking remain. Yields whether
-    the lock is held: with ``wait=False`` a lock another process holds is not waited for (False)."""
+    the lock is held: with ``wait=False`` a lock another process holds is not waited for (False), with
+    ``timeout_s`` it is waited for that long at most (then False)."""
     fd = None
     if fcntl is not None:
         try:
@@ -374,13 +388,31 @@ def flock_file(path: str, mode: int, wait: bool = True) -> Iterator[bool]:
         return
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX if wait and timeout_s is None else fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            yield False
-            return
+            if not (wait and _flock_within(fd, timeout_s)):
+                yield False
+                return
         yield True
     finally:
         os.close(fd)  # closing releases the lock
+
+
+def _flock_within(fd: int, timeout_s: float | None) -> bool:
+    """Poll for the flock on ``fd`` until ``timeout_s`` passes (a blocking flock cannot time out). The pauses grow
+    from 0.5 ms to 5 ms: a write holds the lock for milliseconds, so a waiter takes it soon after it is free (the
+    100 ms sleeps of SQLite's own busy handler are what the queue replaced)."""
+    deadline = time.monotonic() + (timeout_s or 0.0)
+    pause = 0.0005
+    while time.monotonic() < deadline:
+        time.sleep(pause)
+        pause = min(2 * pause, 0.005)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            continue
+    return False
 
 
 def translate(err: "sa_exc.DBAPIError | sa_exc.TimeoutError", url: URL) -> DatabaseError:

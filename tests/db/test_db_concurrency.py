@@ -104,3 +104,36 @@ def test_one_instance_shared_by_threads(persistent_url: str) -> None:
     assert errors == []
     assert db.count() == 200
     db.close()
+
+
+def test_a_writer_stopped_holding_the_write_queue_delays_others_by_the_busy_timeout_only(sqlite_url: str, monkeypatch,
+                                                                                          caplog) -> None:
+    """A process stopped (SIGSTOP) while it held the SQLite write queue's flock, between its writes: another
+    writer waits the busy timeout at most, says so, and writes (before, it waited for as long as the holder was
+    stopped: for ever, silently)."""
+    import subprocess
+    import sys
+
+    from kernelgen.db import engine
+    from tests.db import factories
+
+    monkeypatch.setattr(engine, "SQLITE_BUSY_TIMEOUT_MS", 500)
+    lock = sqlite_url.removeprefix("sqlite:///") + "-lock"
+    open_db(sqlite_url, team_url="").close()  # the file and its directory
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, time\n"
+                               f"fd = os.open({lock!r}, os.O_RDWR | os.O_CREAT, 0o644)\n"
+                               "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(600)\n"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        holder.send_signal(signal.SIGSTOP)
+        with open_db(sqlite_url, team_url="") as db:
+            t0 = time.monotonic()
+            db.commit(factories.record(seed=1))
+            waited = time.monotonic() - t0
+            assert db.count() == 1
+    finally:
+        holder.kill()
+        holder.wait()
+    assert 0.5 <= waited < 30, waited
+    assert "held the write queue" in caplog.text and "stopped or stuck" in caplog.text

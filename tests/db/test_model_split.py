@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -49,8 +50,9 @@ def test_two_processes_split_the_regions_through_the_database(tmp_path, shared_u
     assert all(r["implementation"] for d in docs for r in d["regions"])  # each saw every region done
 
 
-def _holder(url: str, marker: str, period: str, stage: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(HERE / "model_lease_holder.py"), url, marker, stage],
+def _holder(url: str, marker: str, period: str, stage: str, to_be_stopped: bool = False) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(HERE / "model_lease_holder.py"), url, marker, stage,
+                             *(["--to-be-stopped"] if to_be_stopped else [])],
                             env={**os.environ, LEASE_ENV: period}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
 
@@ -74,7 +76,7 @@ def test_a_stopped_holder_loses_its_region_to_a_second_process_and_exits_cleanly
     measured again, the confirmation is B's) and tunes both regions. Woken (SIGCONT), A finds its lease taken over,
     drops the region and exits 0. Before: A's lock outlived its use, and B waited for it for ever."""
     marker = str(tmp_path / "a")
-    a, b = _holder(persistent_url, marker, "2", stage), None
+    a, b = _holder(persistent_url, marker, "2", stage, to_be_stopped=True), None
     try:
         deadline = time.monotonic() + 300
         while not os.path.exists(marker + ".measuring"):
@@ -85,6 +87,7 @@ def test_a_stopped_holder_loses_its_region_to_a_second_process_and_exits_cleanly
         b = _holder(persistent_url, str(tmp_path / "b"), "2", stage)
         b_out, b_err = b.communicate(timeout=300)
         assert b.returncode == 0, b_err[-3000:]
+        Path(marker + ".woken").touch()
         os.kill(a.pid, signal.SIGCONT)
         a_out, a_err = a.communicate(timeout=300)
     finally:
