@@ -14,6 +14,7 @@ import pytest
 
 from kernelgen.db import open_db
 from kernelgen.ir.values import Evidence
+from tests.db.verdicts import assert_one_verdict_or_said_why
 
 OPS = ("import torch\nimport torch.nn.functional as F\ndef relu_add(x, y):\n    return torch.relu(x + y)\n"
        "def bias_gelu(x, b):\n    return F.gelu(x + b)\n")
@@ -54,17 +55,17 @@ def _check(url: str, done: list[subprocess.CompletedProcess], workload_key: str 
     # spent the budget.
     per_implementation = collections.Counter(impl for impl, _ in searched)
     assert max(per_implementation.values()) <= budget + len(done) - 1, searched
-    verdicts = collections.Counter((r.workload_key, r.target_fingerprint) for r in records
-                                   if r.evidence is Evidence.DECLARED)
-    assert list(verdicts.values()) == [1]  # one workload, one target, one verdict
+    assert_one_verdict_or_said_why(records, [result.stdout for result in done], workloads=1)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_two_tune_processes_on_a_fresh_sqlite_file(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'fresh' / 'tuning.sqlite'}"
     _check(url, _tune_twice_at_once(tmp_path, url))
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.timeout(300)
 def test_two_tune_processes_on_a_fresh_postgresql_database(tmp_path: Path, pg_url: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import sqlite3
@@ -93,6 +94,12 @@ function = "OPS:scale"
 shapes = [[{SPEC}], [{{shape = [32, 64], dtype = "float32"}}]]
 ''', "kg_ops_json")
     monkeypatch.chdir(tmp_path)
+    # This test reads the JSON and the rerun of declared verdicts. On a loaded CI a microsecond kernel's rounds can
+    # drift past the confirmation's doubts (1.5x its search trial; busy in every round), which rightly declare
+    # nothing, so "vs default" is unknown and the rerun confirms again; those rules have tests of their own
+    # (tests/tune/test_confirm.py, tests/tune/test_tuner.py), so here they never doubt.
+    monkeypatch.setattr("kernelgen.tune.confirm.TRIAL_AGREEMENT", math.inf)
+    monkeypatch.setattr("kernelgen.tune.confirm.is_unsteady", lambda _m: False)
     url = f"sqlite:///{tmp_path / 'tuning.sqlite'}"
     assert main(["tune", str(manifest), "--db", url, "--trials", "2", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -129,6 +136,7 @@ def _search_records(db: Path) -> list[str]:
             if not r["measurement"]["message"].startswith("confirmed")]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_sigkill_mid_run_keeps_trials_and_rerun_resumes(tmp_path) -> None:
     manifest = _write(tmp_path, GOOD, "kg_ops_kill")
