@@ -21,6 +21,8 @@ pytest.importorskip("expecttest", reason="torch.testing._internal needs expectte
 from torch.testing._internal.common_methods_invocations import op_db  # noqa: E402
 from torch.testing._internal.opinfo.core import SampleInput  # noqa: E402
 
+from kernelgen.testing.opinfo import sample_inputs  # noqa: E402
+
 TOLERANCE = {torch.float32: {"rtol": 1e-4, "atol": 1e-5}, torch.float64: {"rtol": 1e-7, "atol": 1e-7}}
 
 
@@ -55,7 +57,7 @@ def test_getitem_samples_through_the_backend_match_eager(dtype: torch.dtype) -> 
     from kernelgen.runtime import aten
 
     info = _info("__getitem__")
-    samples = list(info.sample_inputs("cpu", dtype, requires_grad=True))
+    samples = sample_inputs(info, "cpu", dtype, requires_grad=True)
     assert samples
     enabled, aten.ENABLED = aten.ENABLED, False  # one-op regions run their kernel, not their ATen op
     try:
@@ -88,7 +90,7 @@ def _patch_samples(info, dtype: torch.dtype) -> list:
 @pytest.mark.parametrize("name", ["nn.functional.conv1d", "nn.functional.conv2d", "nn.functional.conv3d"])
 def test_convolution_samples_and_patch_embeddings_through_the_backend_match_eager(name: str) -> None:
     info = _info(name)
-    samples = list(info.sample_inputs("cpu", torch.float32, requires_grad=True))
+    samples = sample_inputs(info, "cpu", torch.float32, requires_grad=True)
     assert samples
     # overlapping windows, padding, dilation, groups: conv regions (their one-op regions run the region's call, the
     # suite turning the untuned ATen-first rule off), eager's values and gradients
@@ -133,10 +135,11 @@ def _gqa_samples(dtype: torch.dtype) -> list:
             SampleInput(t(1, 6, 5, 16), args=(t(1, 3, 11, 16), t(1, 3, 11, 16)), kwargs={"enable_gqa": True})]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
 def test_attention_samples_and_grouped_query_attention_through_the_backend_match_eager(dtype: torch.dtype) -> None:
     info = _info("nn.functional.scaled_dot_product_attention")
-    samples = [s for s in info.sample_inputs("cpu", dtype, requires_grad=True) if not s.kwargs.get("dropout_p")]
+    samples = [s for s in sample_inputs(info, "cpu", dtype, requires_grad=True) if not s.kwargs.get("dropout_p")]
     assert samples
     op = torch.nn.functional.scaled_dot_product_attention  # (info.op is a wrapper Dynamo does not trace into)
     # the attention backward's own tolerance (kernelgen.templates.attention_grad: dS = P * (dP - delta) cancels by

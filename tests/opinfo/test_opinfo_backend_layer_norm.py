@@ -11,6 +11,8 @@ pytest.importorskip("expecttest", reason="torch.testing._internal needs expectte
 
 from torch.testing._internal.common_methods_invocations import op_db  # noqa: E402
 
+from kernelgen.testing.opinfo import sample_inputs  # noqa: E402
+
 LAYER_NORM = next(info for info in op_db if info.name == "nn.functional.layer_norm")
 # bfloat16/float16 results are rounded once from float math on both sides; the float32 ones differ by summation order
 TOLERANCE = {torch.float32: {"rtol": 1e-4, "atol": 1e-5}, torch.float64: {"rtol": 1e-7, "atol": 1e-7},
@@ -21,7 +23,7 @@ TOLERANCE = {torch.float32: {"rtol": 1e-4, "atol": 1e-5}, torch.float64: {"rtol"
 def test_layer_norm_samples_through_the_backend_match_eager(dtype: torch.dtype) -> None:
     from kernelgen.frontend import dynamo_backend
 
-    samples = list(LAYER_NORM.sample_inputs("cpu", dtype, requires_grad=dtype in (torch.float32, torch.float64)))
+    samples = sample_inputs(LAYER_NORM, "cpu", dtype, requires_grad=dtype in (torch.float32, torch.float64))
     assert samples
     kernels = 0
     for sample in samples:
