@@ -27,3 +27,11 @@ def _kernels_for_small_regions(monkeypatch: pytest.MonkeyPatch) -> None:
     # shapes are tiny, so the rule would leave many regions to ATen and their kernels unchecked against eager:
     # the suite turns it off; tests of the rule itself (tests/test_records_similar.py) turn it back on.
     monkeypatch.setattr("kernelgen.runtime.aten.ENABLED", False)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Tests marked slow (tens of seconds to two minutes: several Python processes, whole models) run first, in
+    # collection order otherwise. pytest-xdist's workers take the suite in contiguous chunks and steal from each
+    # other's queues once idle; a slow test that starts last keeps the run waiting on one worker while the other
+    # idles (measured: the suite's slowest tests took 40-115 s each).
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -47,6 +47,7 @@ def checks_here(monkeypatch):
     monkeypatch.setenv(ISOLATE_ENV, "0")
 
 
+@pytest.mark.slow
 def test_fastest_correct_custom_call_wins_dispatch(registry, db_url, checks_here):
     _register()  # fast
     _register(variant="slow", repeat=2000)  # the same kernel, recomputed 2000 times
