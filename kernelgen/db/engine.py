@@ -361,10 +361,11 @@ def _writer_queue(url: URL | None) -> Iterator[None]:
     # renewal thread writes every fraction of a period) keeps its flock for as long as it is stopped, and every
     # other writer would wait for ever, silently. After the timeout the write goes on unqueued, and SQLite's own
     # lock decides: free (the holder was stopped between its flock and its BEGIN), or "database is locked" after
-    # the busy timeout, one line naming the file.
+    # the busy timeout, one line naming the file. (In a read-only directory there is no queue: SQLite's own locking
+    # still applies.)
     timeout = SQLITE_BUSY_TIMEOUT_MS / 1000
-    with flock_file(f"{path}-lock", 0o644, timeout_s=timeout) as queued:  # a read-only directory: SQLite's own
-        if not queued:                                                    # locking still applies
+    with flock_file(f"{path}-lock", 0o644, timeout_s=timeout) as queued:
+        if not queued:
             log.warning("kernelgen: another process has held the write queue of %s for %.0f s (stopped or stuck?); "
                         "writing without it", path, timeout)
         yield

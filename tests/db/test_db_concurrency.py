@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
 
 import pytest
 
-from kernelgen.db import open_db
-from tests.db import writer
+from kernelgen.db import engine, open_db
+from tests.db import factories, writer
 
 WRITERS, COMMITS = 8, 200
 
@@ -83,8 +85,6 @@ def test_sigkilled_writer_leaves_a_sound_sqlite_file(sqlite_url: str) -> None:
 def test_one_instance_shared_by_threads(persistent_url: str) -> None:
     import threading
 
-    from tests.db import factories
-
     db = open_db(persistent_url, team_url="")
     errors: list[str] = []
 
@@ -111,12 +111,6 @@ def test_a_writer_stopped_holding_the_write_queue_delays_others_by_the_busy_time
     """A process stopped (SIGSTOP) while it held the SQLite write queue's flock, between its writes: another
     writer waits the busy timeout at most, says so, and writes (before, it waited for as long as the holder was
     stopped: for ever, silently)."""
-    import subprocess
-    import sys
-
-    from kernelgen.db import engine
-    from tests.db import factories
-
     monkeypatch.setattr(engine, "SQLITE_BUSY_TIMEOUT_MS", 500)
     lock = sqlite_url.removeprefix("sqlite:///") + "-lock"
     open_db(sqlite_url, team_url="").close()  # the file and its directory
